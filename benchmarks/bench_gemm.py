@@ -1,0 +1,202 @@
+"""wsgemm vs torch.matmul (cuBLAS), side by side in one process.
+
+Protocol: random normal inputs; each implementation's output is checked against a
+float32 reference before it is timed (a wrong result is reported, not timed);
+warm-up; then ``--reps`` rounds in which the implementations take turns, each run
+timed with CUDA events and preceded by a write of a 512 MiB buffer that evicts L2
+(60 MB on an H200); median and spread per implementation; GPU clocks and
+temperature recorded before and after.
+
+    python benchmarks/bench_gemm.py --shapes 8192x8192x8192,4096x4096x4096 --dtypes bf16,fp16
+
+Writes ``<out>/<name>.json`` and ``<out>/<name>.md``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+import wsgemm  # noqa: E402
+
+DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+def gpu_state() -> dict:
+    fields = "clocks.sm,clocks.mem,temperature.gpu,power.draw"
+    try:
+        out = subprocess.run(
+            ["nvidia-smi", f"--query-gpu={fields}", "--format=csv,noheader,nounits"],
+            capture_output=True, text=True, timeout=10,
+        ).stdout.strip().splitlines()[0]
+        return dict(zip(fields.split(","), [v.strip() for v in out.split(",")]))
+    except Exception as exc:  # no nvidia-smi: record why
+        return {"error": str(exc)}
+
+
+def environment() -> dict:
+    import cutlass
+
+    props = torch.cuda.get_device_properties(0)
+    try:
+        driver = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                                capture_output=True, text=True, timeout=10).stdout.strip()
+    except Exception:
+        driver = None
+    return {
+        "gpu": props.name,
+        "sms": props.multi_processor_count,
+        "driver": driver,
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "cutlass_dsl": getattr(cutlass, "__version__", None),
+        "wsgemm": wsgemm.__version__,
+        "python": platform.python_version(),
+        "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
+    }
+
+
+def parse_shapes(text: str) -> list[tuple[int, int, int]]:
+    return [tuple(int(x) for x in s.split("x")) for s in text.split(",") if s]
+
+
+def time_interleaved(impls: dict, reps: int, flush: torch.Tensor) -> dict[str, list[float]]:
+    events = {name: [] for name in impls}
+    for _ in range(reps):
+        for name, fn in impls.items():
+            flush.zero_()  # evict L2 so every run reads its operands from HBM
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            fn()
+            end.record()
+            events[name].append((start, end))
+    torch.cuda.synchronize()
+    return {name: [s.elapsed_time(e) for s, e in pairs] for name, pairs in events.items()}
+
+
+def summarize(ms: list[float], flops: float) -> dict:
+    ms = sorted(ms)
+    med = statistics.median(ms)
+    return {
+        "median_ms": med,
+        "p10_ms": ms[len(ms) // 10],
+        "p90_ms": ms[(9 * len(ms)) // 10],
+        "min_ms": ms[0],
+        "tflops": flops / med / 1e9,
+        "runs": len(ms),
+    }
+
+
+def bench_case(m, n, k, dtype_name, reps, warmup, flush, config=None) -> dict:
+    dtype = DTYPES[dtype_name]
+    a = torch.randn(m, k, device="cuda", dtype=torch.float32).to(dtype)
+    b = torch.randn(k, n, device="cuda", dtype=torch.float32).to(dtype)
+    ref = torch.matmul(a.float(), b.float())
+    impls = {
+        "wsgemm": lambda: wsgemm.gemm(a, b, config=config),
+        "torch.matmul": lambda: torch.matmul(a, b),
+    }
+    row = {"m": m, "n": n, "k": k, "dtype": dtype_name, "results": {}}
+    good = {}
+    for name, fn in impls.items():
+        d = fn()
+        err = ((d.float() - ref).norm() / ref.norm()).item()
+        ok = err < (1e-2 if dtype == torch.bfloat16 else 2e-3)
+        row["results"][name] = {"rel_error": err, "correct": ok}
+        if ok:
+            good[name] = fn
+    for _ in range(warmup):
+        for fn in good.values():
+            fn()
+    times = time_interleaved(good, reps, flush)
+    flops = 2.0 * m * n * k
+    for name, ms in times.items():
+        row["results"][name].update(summarize(ms, flops))
+    if "wsgemm" in times and "torch.matmul" in times:
+        row["speedup_vs_torch"] = (
+            row["results"]["torch.matmul"]["median_ms"] / row["results"]["wsgemm"]["median_ms"]
+        )
+    return row
+
+
+def markdown(report: dict) -> str:
+    env = report["environment"]
+    lines = [
+        f"# {report['name']}",
+        "",
+        f"{env['gpu']} ({env['sms']} SMs), driver {env['driver']}, torch {env['torch']} (CUDA {env['cuda']}), "
+        f"CuTe DSL {env['cutlass_dsl']}, wsgemm {env['wsgemm']}; {env['date']}.",
+        f"Median of {report['reps']} interleaved runs each, L2 flushed before every run, random normal inputs. "
+        "p10-p90 in brackets.",
+        "",
+        "| shape (MxNxK) | dtype | wsgemm TFLOP/s | torch.matmul TFLOP/s | wsgemm / torch | wsgemm ms [p10-p90] | torch ms [p10-p90] |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for row in report["rows"]:
+        w, t = row["results"].get("wsgemm", {}), row["results"].get("torch.matmul", {})
+
+        def cell(r, key, fmt):
+            return fmt.format(r[key]) if key in r else ("WRONG" if r and not r.get("correct") else "-")
+
+        spread = lambda r: f"{r['median_ms']:.3f} [{r['p10_ms']:.3f}-{r['p90_ms']:.3f}]" if "median_ms" in r else "-"
+        lines.append(
+            f"| {row['m']}x{row['n']}x{row['k']} | {row['dtype']} | {cell(w, 'tflops', '{:.1f}')} | "
+            f"{cell(t, 'tflops', '{:.1f}')} | {row.get('speedup_vs_torch', float('nan')):.3f}x | "
+            f"{spread(w)} | {spread(t)} |"
+        )
+    lines += [
+        "",
+        f"GPU state before: {report['gpu_before']}; after: {report['gpu_after']}.",
+        "",
+        f"Regenerate: `{report['command']}`",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--shapes", default="8192x8192x8192,4096x4096x4096")
+    p.add_argument("--dtypes", default="bf16,fp16")
+    p.add_argument("--reps", type=int, default=50)
+    p.add_argument("--warmup", type=int, default=10)
+    p.add_argument("--name", default="gemm_vs_cublas")
+    p.add_argument("--out", default=str(Path(__file__).parent / "results"))
+    args = p.parse_args(argv)
+    torch.backends.cuda.matmul.allow_tf32 = False
+    flush = torch.empty(512 * 1024 * 1024 // 4, device="cuda", dtype=torch.float32)
+    cases = [(s, d) for s in parse_shapes(args.shapes) for d in args.dtypes.split(",")]
+    report = {
+        "name": args.name,
+        "command": "python " + " ".join([Path(sys.argv[0]).as_posix(), *(argv or sys.argv[1:])]),
+        "environment": environment(),
+        "reps": args.reps,
+        "gpu_before": gpu_state(),
+        "rows": [],
+    }
+    for i, ((m, n, k), dt) in enumerate(cases, 1):
+        row = bench_case(m, n, k, dt, args.reps, args.warmup, flush)
+        report["rows"].append(row)
+        w = row["results"]["wsgemm"].get("tflops", float("nan"))
+        t = row["results"]["torch.matmul"].get("tflops", float("nan"))
+        print(f"[{i}/{len(cases)}] {m}x{n}x{k} {dt}: wsgemm {w:.1f} TFLOP/s, torch.matmul {t:.1f} TFLOP/s, "
+              f"ratio {row.get('speedup_vs_torch', float('nan')):.3f}", flush=True)
+    report["gpu_after"] = gpu_state()
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / f"{args.name}.json").write_text(json.dumps(report, indent=2) + "\n")
+    (out / f"{args.name}.md").write_text(markdown(report))
+    print(markdown(report))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

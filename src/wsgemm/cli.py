@@ -1,0 +1,184 @@
+"""Command line: ``python -m wsgemm demo | inspect``.
+
+``demo``: on a supported GPU, multiply random matrices with wsgemm and torch.matmul
+and print the error and TFLOP/s of both; without one, compile the kernels for each
+arch and print what was built. ``inspect``: compile one configuration and write its
+PTX, cubin and (with nvdisasm) SASS, with a resource summary.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from . import config as cfg
+from . import hardware
+
+
+def _add_config_args(p: argparse.ArgumentParser) -> None:
+    d = cfg.GemmConfig()
+    p.add_argument("--dtype", default="bf16", choices=cfg.INPUT_DTYPES)
+    p.add_argument("--out-dtype", default=None, choices=cfg.OUTPUT_DTYPES)
+    p.add_argument("--majors", default="kkn", help="a, b, d majors: a in k|m, b in k|n, d in n|m (default kkn)")
+    p.add_argument("--tile", default=f"{d.tile_m}x{d.tile_n}x{d.tile_k}", help="MxNxK CTA tile")
+    p.add_argument("--cluster", default="1x1", help="MxN cluster shape")
+    p.add_argument("--stages", type=int, default=None)
+    p.add_argument("--lookahead", default=d.lookahead.value, choices=[e.value for e in cfg.Lookahead])
+
+
+def _config_from_args(args) -> cfg.GemmConfig:
+    tm, tn, tk = (int(x) for x in args.tile.split("x"))
+    cm, cn = (int(x) for x in args.cluster.split("x"))
+    return cfg.GemmConfig(tile_m=tm, tile_n=tn, tile_k=tk, cluster_m=cm, cluster_n=cn,
+                          stages=args.stages, lookahead=args.lookahead)
+
+
+def describe_spec(spec: cfg.KernelSpec) -> list[str]:
+    """Warp roles, tile, stages and shared-memory plan of a spec, as text lines."""
+    c = spec.config
+    budget = cfg.smem_budget(spec)
+    lines = [f"kernel {spec.short()}"]
+    if spec.arch == "sm90":
+        regs = cfg.sm90_register_budget(c)
+        wgs = cfg.consumer_warpgroups(c)
+        lines += [
+            f"  warp roles : warpgroup 0 = TMA producer (warp 0 issues, {regs.producer_registers} regs/thread); "
+            f"warpgroups 1..{wgs} = wgmma consumers + epilogue ({regs.consumer_registers} regs/thread, "
+            f"{regs.accumulator_registers} for accumulators)",
+        ]
+    lines += [
+        f"  tile       : {c.tile_m}x{c.tile_n}x{c.tile_k}, cluster {c.cluster_m}x{c.cluster_n}, "
+        f"raster {c.raster.value} swizzle {c.swizzle}, look-ahead {c.lookahead.value}",
+        f"  smem       : {budget.stages} stages x {budget.stage_bytes} B + epilogue {budget.epi_bytes} B "
+        f"+ {budget.reserved_bytes} B barriers/padding = {budget.total_bytes} of {budget.capacity_bytes} B",
+    ]
+    return lines
+
+
+def _compile_report(spec: cfg.KernelSpec, out_dir: Path | None = None) -> list[str]:
+    from .compile import compile_spec
+    from .inspection import count_instructions, cubin_resources, disassemble
+
+    compiled = compile_spec(spec, keep_artifacts=True, dump_dir=str(out_dir) if out_dir else None)
+    lines = describe_spec(spec)
+    lines.append(f"  compiled   : {spec.facts.compile_target} in {compiled.compile_seconds:.2f} s")
+    if compiled.ptx:
+        counts = {k: v for k, v in count_instructions(compiled.ptx).items() if v}
+        lines.append("  PTX        : " + ", ".join(f"{k} x{v}" for k, v in counts.items()))
+    if compiled.cubin_path:
+        for res in cubin_resources(compiled.cubin_path):
+            lines.append(
+                f"  resources  : {res.registers} registers/thread at launch (cap {res.register_cap}), "
+                f"stack frame {res.stack_frame_bytes} B"
+                + (" (no spills)" if res.stack_frame_bytes == 0 else " (LOCAL MEMORY IN USE)")
+            )
+        if out_dir is not None:
+            sass = disassemble(compiled.cubin_path)
+            if sass is not None:
+                (out_dir / "kernel.sass").write_text(sass)
+                lines.append(f"  SASS       : {out_dir / 'kernel.sass'}")
+            else:
+                lines.append("  SASS       : nvdisasm not found (install a CUDA toolkit or the DSL's sass extra)")
+    if out_dir is not None and compiled.ptx:
+        (out_dir / "kernel.ptx").write_text(compiled.ptx)
+        lines.append(f"  artifacts  : {out_dir}")
+    return lines
+
+
+def cmd_inspect(args) -> int:
+    arch = hardware.arch_for_target(args.arch).name
+    a, b, d = args.majors
+    spec = cfg.make_spec(arch, args.dtype, args.out_dtype or args.dtype, a, b, d, _config_from_args(args))
+    out_dir = Path(args.out)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    print("\n".join(_compile_report(spec, out_dir)))
+    return 0
+
+
+def _gpu_demo(args) -> int:
+    import torch
+
+    from .api import gemm
+
+    m, n, k = args.m, args.n, args.k
+    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}[args.dtype]
+    print(f"{torch.cuda.get_device_name()}: D = A @ B, M={m} N={n} K={k}, {args.dtype}, fp32 accumulation")
+    a = torch.randn(m, k, device="cuda", dtype=dtype)
+    b = torch.randn(k, n, device="cuda", dtype=dtype)
+    ref = a.float() @ b.float()
+    rows = []
+    for name, fn in (("wsgemm", lambda: gemm(a, b)), ("torch.matmul", lambda: a @ b)):
+        d = fn()
+        err = ((d.float() - ref).norm() / ref.norm()).item()
+        for _ in range(3):
+            fn()
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        times = []
+        for _ in range(args.iters):
+            start.record()
+            fn()
+            end.record()
+            end.synchronize()
+            times.append(start.elapsed_time(end))
+        times.sort()
+        ms = times[len(times) // 2]
+        rows.append((name, err, 2 * m * n * k / ms / 1e9))
+    print(f"{'':14}{'rel. error vs fp32':>20}{'TFLOP/s':>10}")
+    for name, err, tflops in rows:
+        print(f"{name:14}{err:20.2e}{tflops:10.1f}")
+    print(f"wsgemm / torch.matmul: {rows[0][2] / rows[1][2]:.2f}x (median of {args.iters}; "
+          "see benchmarks/ for the careful measurement)")
+    return 0
+
+
+def cmd_demo(args) -> int:
+    gpu_ok = False
+    try:
+        import torch
+
+        if torch.cuda.is_available():
+            from .api import _device_facts
+
+            _device_facts(torch.cuda.current_device())
+            gpu_ok = True
+    except Exception as exc:  # an unsupported GPU: say so, then show the compile-only demo
+        print(f"GPU run skipped: {exc}")
+    if gpu_ok and not args.compile_only:
+        return _gpu_demo(args)
+    print("No supported GPU here: compiling the kernels instead (no GPU needed).")
+    from .dispatch import IMPLEMENTED_ARCHS
+
+    for arch in hardware.ARCHS:
+        if arch not in IMPLEMENTED_ARCHS:
+            print(f"\n{arch}: kernel not implemented yet")
+            continue
+        spec = cfg.make_spec(arch, args.dtype, args.dtype, "k", "k", "n", cfg.GemmConfig())
+        print()
+        print("\n".join(_compile_report(spec)))
+    return 0
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m wsgemm", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="cmd", required=True)
+    demo = sub.add_parser("demo", help="run (GPU) or compile (no GPU) a GEMM and report")
+    demo.add_argument("--m", type=int, default=8192)
+    demo.add_argument("--n", type=int, default=8192)
+    demo.add_argument("--k", type=int, default=8192)
+    demo.add_argument("--dtype", default="bf16", choices=cfg.INPUT_DTYPES)
+    demo.add_argument("--iters", type=int, default=20)
+    demo.add_argument("--compile-only", action="store_true", help="compile and report even on a GPU")
+    demo.set_defaults(func=cmd_demo)
+    insp = sub.add_parser("inspect", help="compile one config; write PTX/cubin/SASS; print resources")
+    insp.add_argument("--arch", default="sm_90a", choices=[f.compile_target for f in hardware.ARCHS.values()])
+    insp.add_argument("--out", default="artifacts", help="directory for kernel.ptx, the cubin, kernel.sass")
+    _add_config_args(insp)
+    insp.set_defaults(func=cmd_inspect)
+    args = parser.parse_args(argv)
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

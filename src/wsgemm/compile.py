@@ -1,0 +1,246 @@
+"""Compiling kernels: the in-process cache, the DSL's disk cache, and compile-only
+builds (any machine, no GPU) with their PTX/cubin artifacts.
+
+The cache key is :class:`wsgemm.config.KernelSpec`: arch, dtypes, operand majors,
+every config knob and the alignment. Problem sizes and strides are runtime
+arguments of the compiled function, so one compiled kernel serves every shape.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import os
+import re
+import tempfile
+import threading
+import time
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .config import KernelSpec
+
+
+def _kernel_builder(spec: KernelSpec):
+    if spec.arch == "sm90":
+        from .kernels.sm90 import Sm90Gemm
+
+        return Sm90Gemm(spec)
+    raise NotImplementedError(f"no kernel for arch {spec.arch!r}")  # make_spec rejects earlier
+
+
+def _example_args(spec: KernelSpec):
+    """Arguments of the kernel's host function, for tracing: null pointers and ones.
+
+    Every size and stride is a runtime value, so these stand for any problem.
+    """
+    import cutlass
+    import cutlass.cute as cute
+    from cutlass import Int32, Int64
+    from cutlass.cute.runtime import make_fake_stream, make_ptr
+
+    from .kernels.sm90 import CUTLASS_DTYPES
+
+    def ptr(dtype_name):
+        return make_ptr(CUTLASS_DTYPES[dtype_name], 16, cute.AddressSpace.gmem, assumed_align=16)
+
+    ones32 = [Int32(1)] * 4
+    ones64 = [Int64(8)] * 6
+    return [
+        ptr(spec.ab_dtype),
+        ptr(spec.ab_dtype),
+        ptr(spec.out_dtype),
+        *ones32,
+        *ones64,
+        Int32(1),
+        make_fake_stream(),
+    ]
+
+
+@dataclass
+class CompiledGemm:
+    """A compiled kernel and what it took to build it."""
+
+    spec: KernelSpec
+    fn: object  # the DSL's compiled host function
+    compile_seconds: float
+    ptx: str | None = None
+    cubin_path: str | None = None
+    extra: dict = field(default_factory=dict)
+
+    def __call__(self, *args):
+        return self.fn(*args)
+
+
+def _artifact_text(value) -> str | None:
+    if value is None:
+        return None
+    if isinstance(value, str) and "\n" not in value and os.path.exists(value):
+        return Path(value).read_text()
+    return value
+
+
+def compile_spec(spec: KernelSpec, *, keep_artifacts: bool = False, dump_dir: str | None = None) -> CompiledGemm:
+    """Compile ``spec`` for its arch target; works without a GPU.
+
+    With ``keep_artifacts`` the PTX text and the cubin file come back too.
+    """
+    import cutlass.cute as cute
+
+    kernel = _kernel_builder(spec)
+    options = [f"--gpu-arch {spec.facts.compile_target}"]
+    if keep_artifacts:
+        dump_dir = dump_dir or tempfile.mkdtemp(prefix="wsgemm-")
+        os.makedirs(dump_dir, exist_ok=True)
+        options += ["--keep-ptx", "--keep-cubin", f"--dump-dir {dump_dir}"]
+    start = time.perf_counter()
+    fn = cute.compile(kernel, *_example_args(spec), options=" ".join(options))
+    seconds = time.perf_counter() - start
+    compiled = CompiledGemm(spec, fn, seconds)
+    if keep_artifacts:
+        artifacts = getattr(fn, "artifacts", None)
+        compiled.ptx = _artifact_text(getattr(artifacts, "PTX", None))
+        cubin = getattr(artifacts, "CUBIN", None)
+        if isinstance(cubin, (bytes, bytearray)):
+            path = Path(dump_dir) / f"{spec.short()}.cubin"
+            path.write_bytes(cubin)
+            compiled.cubin_path = str(path)
+        elif isinstance(cubin, str) and os.path.exists(cubin):
+            compiled.cubin_path = cubin
+    return compiled
+
+
+# --------------------------------------------------------------------------------------
+# Disk cache: compiled kernels exported as host objects (the DSL's AOT export)
+# --------------------------------------------------------------------------------------
+
+def disk_cache_dir() -> Path:
+    """``$WSGEMM_CACHE_DIR``, else ``$XDG_CACHE_HOME/wsgemm``, else ``~/.cache/wsgemm``."""
+    root = os.environ.get("WSGEMM_CACHE_DIR")
+    if root:
+        return Path(root)
+    return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "wsgemm"
+
+
+@functools.lru_cache(maxsize=1)
+def _code_fingerprint() -> str:
+    """Hash of everything that shapes the generated code besides the spec: the
+    kernel sources, the config module and the DSL version. Editing a kernel
+    therefore never loads a stale binary."""
+    import cutlass
+
+    h = hashlib.sha256(getattr(cutlass, "__version__", "?").encode())
+    package = Path(__file__).parent
+    for path in sorted([package / "config.py", *(package / "kernels").rglob("*.py")]):
+        h.update(path.name.encode())
+        h.update(path.read_bytes())
+    return h.hexdigest()
+
+
+def disk_key(spec: KernelSpec) -> str:
+    return hashlib.sha256((repr(spec) + _code_fingerprint()).encode()).hexdigest()[:32]
+
+
+def load_from_disk(spec: KernelSpec):
+    """The compiled function for ``spec`` from the disk cache, or ``None``."""
+    if os.environ.get("WSGEMM_DISABLE_DISK_CACHE"):
+        return None
+    key = disk_key(spec)
+    path = disk_cache_dir() / f"k{key}.o"
+    if not path.exists():
+        return None
+    try:
+        import cutlass.cute as cute
+
+        return getattr(cute.runtime.load_module(str(path)), f"wsgemm_{key}")
+    except Exception as exc:  # a corrupt or incompatible file: recompile
+        warnings.warn(f"wsgemm: ignoring disk-cached kernel {path}: {exc}", RuntimeWarning, stacklevel=3)
+        return None
+
+
+def save_to_disk(spec: KernelSpec, fn) -> Path | None:
+    """Export ``fn`` to the disk cache; best effort (needs the CUDA runtime to link)."""
+    if os.environ.get("WSGEMM_DISABLE_DISK_CACHE"):
+        return None
+    key = disk_key(spec)
+    root = disk_cache_dir()
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryDirectory(dir=root) as tmp:
+            fn.export_to_c(tmp, f"k{key}", function_prefix=f"wsgemm_{key}")
+            os.replace(Path(tmp) / f"k{key}.o", root / f"k{key}.o")  # atomic publish
+        return root / f"k{key}.o"
+    except Exception as exc:
+        warnings.warn(f"wsgemm: could not write the disk cache ({exc}); kernels will be "
+                      "recompiled in new processes", RuntimeWarning, stacklevel=3)
+        return None
+
+
+class CompileCache:
+    """Thread-safe map from :class:`KernelSpec` to :class:`CompiledGemm`.
+
+    Two threads asking for the same missing spec compile it once: the second waits
+    for the first. Different specs compile concurrently.
+    """
+
+    def __init__(self, use_disk: bool = True):
+        self._lock = threading.Lock()
+        self._entries: dict[KernelSpec, CompiledGemm] = {}
+        self._building: dict[KernelSpec, threading.Lock] = {}
+        self.hits = 0
+        self.misses = 0
+        self.use_disk = use_disk
+
+    def get(self, spec: KernelSpec) -> CompiledGemm:
+        entry = self._entries.get(spec)
+        if entry is not None:
+            self.hits += 1
+            return entry
+        with self._lock:
+            entry = self._entries.get(spec)
+            if entry is not None:
+                self.hits += 1
+                return entry
+            build_lock = self._building.setdefault(spec, threading.Lock())
+        with build_lock:
+            entry = self._entries.get(spec)
+            if entry is None:
+                self.misses += 1
+                entry = self._load_or_compile(spec)
+                with self._lock:
+                    self._entries[spec] = entry
+                    self._building.pop(spec, None)
+            else:
+                self.hits += 1
+        return entry
+
+    def _load_or_compile(self, spec: KernelSpec) -> CompiledGemm:
+        start = time.perf_counter()
+        fn = load_from_disk(spec) if self.use_disk else None
+        if fn is not None:
+            return CompiledGemm(spec, fn, time.perf_counter() - start, extra={"from_disk": True})
+        entry = compile_spec(spec)
+        if self.use_disk:
+            save_to_disk(spec, entry.fn)
+        return entry
+
+    def __contains__(self, spec: KernelSpec) -> bool:
+        return spec in self._entries
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._entries.clear()
+            self.hits = self.misses = 0
+
+
+KERNEL_CACHE = CompileCache()
+
+
+def ptx_kernel_body(ptx: str) -> str:
+    """The text of the first ``.entry`` in ``ptx`` (the kernel, not host stubs)."""
+    match = re.search(r"\.entry\s", ptx)
+    return ptx[match.start():] if match else ptx

@@ -1,0 +1,302 @@
+"""What a kernel is built from: ``GemmConfig`` (the knobs) and ``KernelSpec`` (knobs +
+problem traits, the compile-cache key), with every derived budget computed and
+checked here, before anything is compiled or launched.
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+from dataclasses import dataclass, field, replace
+
+from . import hardware
+from .errors import ConfigError, UnsupportedDtypeError
+
+# Element sizes of the dtypes the kernels implement, by wsgemm's dtype names.
+DTYPE_BYTES = {"fp16": 2, "bf16": 2, "fp32": 4}
+INPUT_DTYPES = ("fp16", "bf16")
+OUTPUT_DTYPES = ("fp16", "bf16", "fp32")
+
+
+class Lookahead(str, enum.Enum):
+    """Where the TMA producer probes the *next* stage's empty barrier.
+
+    ``BEFORE_COPY``: probe stage k+1 before issuing stage k's TMA copies (CUTLASS C++
+    ``sm100_mma_warpspecialized::load()``). ``AFTER_COPY``: probe after the copies,
+    not on a tile's last k-block (NVIDIA's CuTe DSL Blackwell examples). ``NONE``: no
+    probe; every iteration blocks in ``producer_acquire``. All three are correct:
+    the probe's result is only a hint (see docs/producer-lookahead.md).
+    """
+
+    BEFORE_COPY = "before_copy"
+    AFTER_COPY = "after_copy"
+    NONE = "none"
+
+
+class Raster(str, enum.Enum):
+    """Order in which the persistent scheduler walks output tiles."""
+
+    ALONG_M = "along_m"  # consecutive work items step down M (B tiles reused from L2)
+    ALONG_N = "along_n"  # consecutive work items step along N (A tiles reused from L2)
+
+
+@dataclass(frozen=True)
+class GemmConfig:
+    """Compile-time knobs of a GEMM kernel. ``None`` means "derive it"."""
+
+    tile_m: int = 128
+    tile_n: int = 256
+    tile_k: int = 64
+    cluster_m: int = 1
+    cluster_n: int = 1
+    stages: int | None = None  # shared-memory ring depth; None: as many as fit
+    epi_stages: int = 2  # shared-memory buffers the epilogue cycles through
+    raster: Raster = Raster.ALONG_M
+    swizzle: int = 1  # width, in clusters, of the band the raster zig-zags in
+    lookahead: Lookahead = Lookahead.BEFORE_COPY
+    # SM100 only: a CTA pair shares one 2*tile_m x tile_n MMA (cta_group::2).
+    two_cta: bool = False
+    # SM100 only: tensor-memory accumulator buffers (MMA of tile t+1 overlaps
+    # the epilogue of tile t when >= 2).
+    acc_stages: int = 2
+
+    def __post_init__(self) -> None:
+        # Accept the enums' string values, so GemmConfig(lookahead="none") works.
+        object.__setattr__(self, "raster", _coerce_enum(Raster, self.raster, "raster"))
+        object.__setattr__(
+            self, "lookahead", _coerce_enum(Lookahead, self.lookahead, "lookahead")
+        )
+
+    @property
+    def cluster_size(self) -> int:
+        return self.cluster_m * self.cluster_n
+
+    def short(self) -> str:
+        """A compact human-readable name, e.g. ``128x256x64_c2x1_s4_before_copy``."""
+        stages = "auto" if self.stages is None else str(self.stages)
+        name = (
+            f"{self.tile_m}x{self.tile_n}x{self.tile_k}_c{self.cluster_m}x{self.cluster_n}"
+            f"_s{stages}_e{self.epi_stages}_{self.raster.value}_w{self.swizzle}"
+            f"_{self.lookahead.value}"
+        )
+        if self.two_cta:
+            name += "_2cta"
+        return name
+
+
+def _coerce_enum(enum_cls, value, what: str):
+    try:
+        return enum_cls(value)
+    except ValueError:
+        allowed = ", ".join(repr(e.value) for e in enum_cls)
+        raise ConfigError(f"{what}={value!r} is not one of {allowed}") from None
+
+
+# --------------------------------------------------------------------------------------
+# Budgets
+# --------------------------------------------------------------------------------------
+
+# Shared memory kept aside for the mbarriers and the alignment padding between
+# buffers (each TMA buffer starts on a 1024-byte boundary).
+SMEM_RESERVED_BYTES = 1024
+MAX_STAGES = 8  # deeper rings bring nothing once the copy latency is covered
+
+# SM90 warp roles: one producer warpgroup gives its registers to the consumers.
+SM90_PRODUCER_REGISTERS = 40  # enough for TMA issue and the scheduler arithmetic
+# Registers a consumer thread needs besides its accumulators: addresses,
+# loop state and the epilogue's conversion buffer.
+SM90_CONSUMER_REGISTER_OVERHEAD = 64
+
+
+@dataclass(frozen=True)
+class SmemBudget:
+    a_stage_bytes: int
+    b_stage_bytes: int
+    epi_bytes: int
+    reserved_bytes: int
+    stages: int
+    capacity_bytes: int
+
+    @property
+    def stage_bytes(self) -> int:
+        return self.a_stage_bytes + self.b_stage_bytes
+
+    @property
+    def total_bytes(self) -> int:
+        return self.stages * self.stage_bytes + self.epi_bytes + self.reserved_bytes
+
+
+@dataclass(frozen=True)
+class RegisterBudget:
+    producer_registers: int
+    consumer_registers: int
+    accumulator_registers: int  # fp32 accumulator registers per consumer thread
+
+
+@dataclass(frozen=True)
+class KernelSpec:
+    """Everything that changes the generated code: the compile-cache key.
+
+    Build it with :func:`make_spec`, which validates and fills in derived values.
+    """
+
+    arch: str  # "sm90" | "sm100"
+    ab_dtype: str  # "fp16" | "bf16"
+    out_dtype: str  # "fp16" | "bf16" | "fp32"
+    a_major: str  # "k" (row-major A) | "m" (column-major A)
+    b_major: str  # "k" (B given as W^T, W row-major) | "n" (row-major B)
+    d_major: str  # "n" (row-major D) | "m" (column-major D)
+    config: GemmConfig = field(default_factory=GemmConfig)
+    # Bytes every TMA base address and non-unit stride is a multiple of.
+    alignment: int = hardware.TMA_ALIGNMENT_BYTES
+
+    @property
+    def facts(self) -> hardware.ArchFacts:
+        return hardware.ARCHS[self.arch]
+
+    def short(self) -> str:
+        return (
+            f"{self.arch}_{self.ab_dtype}to{self.out_dtype}_a{self.a_major}"
+            f"b{self.b_major}d{self.d_major}_{self.config.short()}"
+        )
+
+
+def epilogue_tile(spec_or_config: GemmConfig) -> tuple[int, int]:
+    """Shape of the sub-tile the epilogue moves through shared memory per step."""
+    cfg = spec_or_config
+    return (min(cfg.tile_m, 128), 32)
+
+
+def consumer_warpgroups(config: GemmConfig) -> int:
+    """SM90: warpgroups that issue wgmma (64 rows each, wgmma's M)."""
+    return max(1, config.tile_m // 64)
+
+
+def smem_budget(spec: KernelSpec, stages: int | None = None) -> SmemBudget:
+    cfg = spec.config
+    in_bytes = DTYPE_BYTES[spec.ab_dtype]
+    out_bytes = DTYPE_BYTES[spec.out_dtype]
+    a_stage = cfg.tile_m * cfg.tile_k * in_bytes
+    b_stage = cfg.tile_n * cfg.tile_k * in_bytes
+    epi_m, epi_n = epilogue_tile(cfg)
+    epi = epi_m * epi_n * out_bytes * cfg.epi_stages
+    capacity = spec.facts.smem_per_cta_bytes
+    if stages is None:
+        stages = cfg.stages
+    if stages is None:
+        stages = min(MAX_STAGES, (capacity - epi - SMEM_RESERVED_BYTES) // (a_stage + b_stage))
+    return SmemBudget(a_stage, b_stage, epi, SMEM_RESERVED_BYTES, stages, capacity)
+
+
+def sm90_register_budget(config: GemmConfig) -> RegisterBudget:
+    facts = hardware.SM90
+    wgs = consumer_warpgroups(config)
+    per_wg_thread_pool = facts.registers_per_sm // hardware.THREADS_PER_WARPGROUP
+    consumer = (per_wg_thread_pool - SM90_PRODUCER_REGISTERS) // wgs
+    consumer = min(facts.max_registers_per_thread, consumer - consumer % 8)
+    acc = config.tile_m * config.tile_n // (wgs * hardware.THREADS_PER_WARPGROUP)
+    return RegisterBudget(SM90_PRODUCER_REGISTERS, consumer, acc)
+
+
+# --------------------------------------------------------------------------------------
+# Validation
+# --------------------------------------------------------------------------------------
+
+SM90_TILE_M = (64, 128)
+SM90_TILE_N = (64, 128, 192, 256)
+TILE_K = (64,)
+CLUSTER_DIMS = (1, 2)
+SWIZZLES = (1, 2, 4, 8, 16)
+
+
+def _check_choice(name: str, value, allowed) -> None:
+    if value not in allowed:
+        raise ConfigError(f"{name}={value!r} is not supported; choose one of {list(allowed)}")
+
+
+def make_spec(
+    arch: str,
+    ab_dtype: str,
+    out_dtype: str,
+    a_major: str,
+    b_major: str,
+    d_major: str,
+    config: GemmConfig,
+) -> KernelSpec:
+    """Validate a configuration for one arch and problem kind and resolve ``stages``.
+
+    Raises ``ConfigError`` naming the offending knob and the budget it breaks.
+    """
+    if arch not in hardware.ARCHS:
+        raise ConfigError(f"unknown arch {arch!r}; wsgemm builds {sorted(hardware.ARCHS)}")
+    if ab_dtype not in INPUT_DTYPES:
+        raise UnsupportedDtypeError(
+            f"input dtype {ab_dtype!r} is not supported; use one of {list(INPUT_DTYPES)}"
+        )
+    if out_dtype not in OUTPUT_DTYPES:
+        raise UnsupportedDtypeError(
+            f"output dtype {out_dtype!r} is not supported; use one of {list(OUTPUT_DTYPES)}"
+        )
+    _check_choice("a_major", a_major, ("k", "m"))
+    _check_choice("b_major", b_major, ("k", "n"))
+    _check_choice("d_major", d_major, ("n", "m"))
+    if not isinstance(config, GemmConfig):
+        raise ConfigError(f"config must be a wsgemm.GemmConfig, got {type(config).__name__}")
+
+    if arch == "sm90":
+        _check_sm90(config)
+    else:
+        raise ConfigError(
+            "the SM100 kernel is not implemented yet (see the SM100 issue); "
+            "only sm90 kernels can be built"
+        )
+
+    spec = KernelSpec(arch, ab_dtype, out_dtype, a_major, b_major, d_major, config)
+    budget = smem_budget(spec)
+    if budget.stages < 2:
+        raise ConfigError(
+            f"{config.short()}: one stage needs {budget.stage_bytes} B of shared memory and the "
+            f"epilogue {budget.epi_bytes} B, so fewer than 2 stages fit in "
+            f"{budget.capacity_bytes} B; use a smaller tile or fewer epi_stages"
+        )
+    if budget.total_bytes > budget.capacity_bytes:
+        raise ConfigError(
+            f"{config.short()}: {budget.stages} stages need {budget.total_bytes} B of shared "
+            f"memory but a CTA can have at most {budget.capacity_bytes} B on {arch}; "
+            f"at most {max_stages_that_fit(budget)} stages fit"
+        )
+    if config.stages is None:
+        spec = replace(spec, config=replace(config, stages=budget.stages))
+    return spec
+
+
+def max_stages_that_fit(budget: SmemBudget) -> int:
+    free = budget.capacity_bytes - budget.epi_bytes - budget.reserved_bytes
+    return free // budget.stage_bytes
+
+
+def _check_sm90(config: GemmConfig) -> None:
+    _check_choice("tile_m", config.tile_m, SM90_TILE_M)
+    _check_choice("tile_n", config.tile_n, SM90_TILE_N)
+    _check_choice("tile_k", config.tile_k, TILE_K)
+    _check_choice("cluster_m", config.cluster_m, CLUSTER_DIMS)
+    _check_choice("cluster_n", config.cluster_n, CLUSTER_DIMS)
+    _check_choice("swizzle", config.swizzle, SWIZZLES)
+    if config.two_cta:
+        raise ConfigError("two_cta is a Blackwell (sm100) feature; Hopper has no cta_group::2 MMA")
+    if config.stages is not None and not (2 <= config.stages <= MAX_STAGES):
+        raise ConfigError(f"stages={config.stages} must be between 2 and {MAX_STAGES}")
+    if not 1 <= config.epi_stages <= 4:
+        raise ConfigError(f"epi_stages={config.epi_stages} must be between 1 and 4")
+    regs = sm90_register_budget(config)
+    if regs.accumulator_registers + SM90_CONSUMER_REGISTER_OVERHEAD > regs.consumer_registers:
+        raise ConfigError(
+            f"tile {config.tile_m}x{config.tile_n} needs {regs.accumulator_registers} accumulator "
+            f"registers per consumer thread; with {regs.consumer_registers} registers per consumer "
+            f"thread at most {regs.consumer_registers - SM90_CONSUMER_REGISTER_OVERHEAD} fit; "
+            "use a smaller tile_n"
+        )
+
+
+def tiles_per_dim(extent: int, tile: int) -> int:
+    return math.ceil(extent / tile)

@@ -1,0 +1,33 @@
+"""Problem shape -> ``GemmConfig``, when the caller does not pass one.
+
+The rules are deliberately few and each has its reason next to it; the benchmark
+notes (benchmarks/NOTES.md) record the measurements behind them.
+"""
+
+from __future__ import annotations
+
+from .config import GemmConfig, Raster
+from .kernels.common.scheduler import ceil_div
+
+
+def choose_config(arch: str, m: int, n: int, k: int, batches: int, sm_count: int) -> GemmConfig:
+    if arch != "sm90":
+        return GemmConfig()
+    # Few rows: a 64-row tile (one consumer warpgroup) wastes less of the MMA.
+    tile_m = 64 if m <= 64 else 128
+    tile_n = 256
+    # Too few 128x256 tiles to occupy every SM: halve the tile so more SMs work.
+    if ceil_div(m, tile_m) * ceil_div(n, tile_n) * batches < sm_count:
+        tile_n = 128
+    # A 2-CTA cluster along M shares each B tile through multicast, halving B's L2
+    # traffic; only worth it when there are at least two M tiles to pair.
+    cluster_m = 2 if ceil_div(m, tile_m) >= 2 and ceil_div(m, tile_m) * ceil_div(n, tile_n) * batches >= 2 * sm_count else 1
+    return GemmConfig(
+        tile_m=tile_m,
+        tile_n=tile_n,
+        tile_k=64,
+        cluster_m=cluster_m,
+        cluster_n=1,
+        raster=Raster.ALONG_M,
+        swizzle=1,
+    )

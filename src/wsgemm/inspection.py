@@ -1,0 +1,169 @@
+"""Reading what the compiler produced: PTX instruction counts, the resources recorded
+in the cubin (registers, stack frame), and SASS where ``nvdisasm`` exists.
+
+Used by ``python -m wsgemm inspect``, the demo and the compile-only tests; needs no GPU.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import struct
+import subprocess
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+
+# PTX instructions that show which hardware paths a kernel uses.
+KEY_INSTRUCTIONS = {
+    "wgmma.mma_async": "Hopper warpgroup MMA",
+    "tcgen05.mma": "Blackwell MMA into tensor memory",
+    "tcgen05.alloc": "tensor-memory allocation",
+    "tcgen05.dealloc": "tensor-memory release",
+    "tcgen05.ld": "tensor memory -> registers",
+    "tcgen05.commit": "MMA completion -> mbarrier",
+    "cp.async.bulk.tensor": "TMA copy (load or store)",
+    "mbarrier::complete_tx": "TMA load completing on an mbarrier",
+    "mbarrier.try_wait": "mbarrier probe / wait loop",
+    "mbarrier.arrive": "mbarrier arrival",
+    "setmaxnreg": "warpgroup register reallocation",
+    "stmatrix": "registers -> shared memory (epilogue)",
+    "elect.sync": "one-lane election",
+}
+
+
+def count_instructions(ptx: str, patterns=KEY_INSTRUCTIONS) -> dict[str, int]:
+    return {p: ptx.count(p) for p in patterns}
+
+
+# --------------------------------------------------------------------------------------
+# cubin resources
+# --------------------------------------------------------------------------------------
+
+# Attributes of the CUDA ELF ".nv.info" sections (as cuobjdump names them).
+_EIATTR_REGCOUNT = 0x2F
+_EIATTR_FRAME_SIZE = 0x11
+_EIATTR_MAX_REG_COUNT = 0x1B
+_EIFMT_HVAL = 3  # 16-bit value follows
+_EIFMT_SVAL = 4  # 16-bit size, then that many bytes
+
+
+@dataclass(frozen=True)
+class KernelResources:
+    name: str
+    registers: int  # per thread, as allocated at launch (setmaxnreg moves them later)
+    stack_frame_bytes: int  # > 0 means local memory: spills or indexed register arrays
+    register_cap: int | None  # the launch-bound cap ptxas compiled under
+
+
+def _elf_sections(data: bytes):
+    if data[:4] != b"\x7fELF" or data[4] != 2:
+        raise ValueError("not a 64-bit ELF file")
+    shoff = struct.unpack_from("<Q", data, 0x28)[0]
+    entsize, count, strndx = struct.unpack_from("<HHH", data, 0x3A)
+    headers = [struct.unpack_from("<IIQQQQIIQQ", data, shoff + i * entsize) for i in range(count)]
+    str_off = headers[strndx][4]
+
+    def name(off):
+        end = data.index(b"\0", str_off + off)
+        return data[str_off + off:end].decode()
+
+    return [(name(h[0]), data[h[4]:h[4] + h[5]], h) for h in headers]
+
+
+def _nv_info_attrs(blob: bytes):
+    i = 0
+    while i + 4 <= len(blob):
+        fmt, attr = blob[i], blob[i + 1]
+        if fmt == _EIFMT_SVAL:
+            size = struct.unpack_from("<H", blob, i + 2)[0]
+            yield attr, blob[i + 4:i + 4 + size]
+            i += 4 + size
+        elif fmt == _EIFMT_HVAL:
+            yield attr, blob[i + 2:i + 4]
+            i += 4
+        else:  # formats without payload (EIFMT_NVAL) or unknown: stop reading
+            i += 2 if fmt == 1 else 4
+
+
+def cubin_resources(path: str | Path) -> list[KernelResources]:
+    """Registers and stack frame of every kernel in a cubin, read from its ELF notes."""
+    data = Path(path).read_bytes()
+    sections = _elf_sections(data)
+    symtab = next((s for s in sections if s[0] == ".symtab"), None)
+    strtab = next((s for s in sections if s[0] == ".strtab"), None)
+
+    def symbol_name(index: int) -> str:
+        entry = symtab[1][index * 24:(index + 1) * 24]
+        off = struct.unpack_from("<I", entry, 0)[0]
+        raw = strtab[1]
+        return raw[off:raw.index(b"\0", off)].decode()
+
+    regs: dict[str, int] = {}
+    frames: dict[str, int] = {}
+    for name, blob, _ in sections:
+        if name != ".nv.info":
+            continue
+        for attr, value in _nv_info_attrs(blob):
+            if attr in (_EIATTR_REGCOUNT, _EIATTR_FRAME_SIZE) and len(value) == 8:
+                sym, val = struct.unpack("<II", value)
+                (regs if attr == _EIATTR_REGCOUNT else frames)[symbol_name(sym)] = val
+    caps: dict[str, int] = {}
+    for name, blob, _ in sections:
+        if name.startswith(".nv.info."):
+            for attr, value in _nv_info_attrs(blob):
+                if attr == _EIATTR_MAX_REG_COUNT and len(value) == 2:
+                    caps[name[len(".nv.info."):]] = struct.unpack("<H", value)[0]
+    return [
+        KernelResources(k, regs[k], frames.get(k, 0), caps.get(k)) for k in sorted(regs)
+    ]
+
+
+# --------------------------------------------------------------------------------------
+# SASS
+# --------------------------------------------------------------------------------------
+
+def find_nvdisasm() -> str | None:
+    """``nvdisasm`` from PATH, a CUDA toolkit, or the DSL's optional ``sass`` extra."""
+    found = shutil.which("nvdisasm")
+    if found:
+        return found
+    for candidate in ("/usr/local/cuda/bin/nvdisasm",):
+        if Path(candidate).exists():
+            return candidate
+    try:
+        import nvidia.cuda_nvdisasm as pkg  # type: ignore
+
+        for p in Path(pkg.__path__[0]).rglob("nvdisasm"):
+            return str(p)
+    except Exception:
+        pass
+    return None
+
+
+def disassemble(cubin: str | Path) -> str | None:
+    tool = find_nvdisasm()
+    if tool is None:
+        return None
+    return subprocess.run([tool, "-c", "-g", str(cubin)], check=True, capture_output=True, text=True).stdout
+
+
+# --------------------------------------------------------------------------------------
+# PTX structure
+# --------------------------------------------------------------------------------------
+
+def loop_blocks(ptx: str) -> list[str]:
+    """Split a kernel's PTX at labels, keeping each label with the code that follows."""
+    return re.split(r"\n(?=\$L__BB\d+_\d+:)", ptx)
+
+
+def producer_probe_precedes_copies(ptx: str) -> bool:
+    """True if some basic block issues a non-blocking ``mbarrier.try_wait`` (the
+    look-ahead probe, the predicate form without a retry loop) before the TMA load
+    copies of the same block -- the ``Lookahead.BEFORE_COPY`` order."""
+    for block in loop_blocks(ptx):
+        probe = re.search(r"mbarrier\.try_wait\.parity[^\n]*%p\d+,", block)
+        copy = re.search(r"cp\.async\.bulk\.tensor[^\n]*mbarrier::complete_tx", block)
+        if probe and copy and probe.start() < copy.start():
+            return True
+    return False

@@ -1,0 +1,1 @@
+"""Device kernels: one module per architecture, shared building blocks in ``common``."""

@@ -1,0 +1,1 @@
+"""Arch-neutral kernel building blocks: stage arithmetic, mbarrier rings, tile scheduler."""

@@ -1,0 +1,438 @@
+"""Hopper (SM90) persistent, warp-specialized GEMM: D = A @ B with wgmma.
+
+Warp roles of a CTA (``1 + consumer_warpgroups`` warpgroups of 128 threads):
+
+* **producer** (warpgroup 0, warp 0): walks the tile sequence and, for each k-block,
+  acquires a slot of the shared-memory ring and issues the TMA copies of A and B into
+  it (multicast across the cluster). It probes the *next* slot's empty barrier
+  before issuing the current copies (``Lookahead.BEFORE_COPY``, CUTLASS's order).
+  The warpgroup gives registers back to the consumers with ``setmaxnreg``.
+* **consumer** (warpgroups 1..): wait for a slot's bytes, issue wgmma on it
+  (fp32 accumulators in registers, 64 rows per warpgroup), release the slot once the
+  wgmma that read it retired, and after the last k-block run the **epilogue**:
+  convert, store to shared memory (stmatrix), TMA-store to D.
+
+Pipelines: ``SmemRing`` (TMA -> wgmma, full/empty mbarriers) and the epilogue's
+bulk-store groups (``cp.async.bulk.wait_group.read`` guards smem reuse).
+Scheduling: :mod:`.common.scheduler`, identical in both roles.
+"""
+
+from __future__ import annotations
+
+import cuda.bindings.driver as cuda_driver
+import cutlass
+import cutlass.cute as cute
+import cutlass.pipeline
+import cutlass.memory
+import cutlass.tensor_utils
+import cutlass.utils
+import cutlass.utils.hopper_helpers as sm90_helpers
+from cutlass import Boolean, Int32, Int64
+
+from .. import config as cfg
+from .. import hardware
+from .common import scheduler, stages
+from .common.pipeline import SmemRing, consumer_arrivals
+
+CUTLASS_DTYPES = {"fp16": cutlass.Float16, "bf16": cutlass.BFloat16, "fp32": cutlass.Float32}
+
+# Named barrier 0 is __syncthreads; the consumers' epilogue rendezvous uses 1.
+EPILOGUE_BARRIER_ID = 1
+
+
+class Sm90Gemm:
+    """Builds the SM90 kernel for one :class:`wsgemm.config.KernelSpec`."""
+
+    def __init__(self, spec: cfg.KernelSpec):
+        if spec.arch != "sm90":
+            raise ValueError(f"Sm90Gemm needs an sm90 spec, got {spec.arch}")
+        self.spec = spec
+        c = spec.config
+        self.config = c
+        self.ab_dtype = CUTLASS_DTYPES[spec.ab_dtype]
+        self.d_dtype = CUTLASS_DTYPES[spec.out_dtype]
+        self.acc_dtype = cutlass.Float32
+        self.tile_mnk = (c.tile_m, c.tile_n, c.tile_k)
+        self.epi_tile = cfg.epilogue_tile(c)
+        self.num_stages = c.stages
+        self.epi_stages = c.epi_stages
+        self.consumer_wgs = cfg.consumer_warpgroups(c)
+        self.consumer_threads = self.consumer_wgs * hardware.THREADS_PER_WARPGROUP
+        self.threads = (1 + self.consumer_wgs) * hardware.THREADS_PER_WARPGROUP
+        regs = cfg.sm90_register_budget(c)
+        self.producer_regs = regs.producer_registers
+        self.consumer_regs = regs.consumer_registers
+        self.cluster_shape_mnk = (c.cluster_m, c.cluster_n, 1)
+        self.along_m = c.raster == cfg.Raster.ALONG_M
+        self.lookahead = c.lookahead
+        # LayoutEnum speaks of rows: "row major" A/B means K-major, "row major" D N-major.
+        L = cutlass.tensor_utils.LayoutEnum
+        self.a_layout = L.ROW_MAJOR if spec.a_major == "k" else L.COL_MAJOR
+        self.b_layout = L.ROW_MAJOR if spec.b_major == "k" else L.COL_MAJOR
+        self.d_layout = L.ROW_MAJOR if spec.d_major == "n" else L.COL_MAJOR
+
+    # ------------------------------------------------------------------------------
+    # Host side: tensors, TMA descriptors, shared-memory plan, launch
+    # ------------------------------------------------------------------------------
+
+    @staticmethod
+    def _matrix(ptr, rows, cols, batches, ld, batch_stride, rows_contiguous: bool):
+        """(rows, cols, batches) view with a static unit stride on the contiguous mode."""
+        if rows_contiguous:
+            stride = (1, ld, batch_stride)
+        else:
+            stride = (ld, 1, batch_stride)
+        return cute.make_tensor(ptr, cute.make_layout((rows, cols, batches), stride=stride))
+
+    @cute.jit
+    def __call__(
+        self,
+        a_ptr: cute.Pointer,
+        b_ptr: cute.Pointer,
+        d_ptr: cute.Pointer,
+        m: Int32,
+        n: Int32,
+        k: Int32,
+        batches: Int32,
+        lda: Int64,
+        batch_stride_a: Int64,
+        ldb: Int64,
+        batch_stride_b: Int64,
+        ldd: Int64,
+        batch_stride_d: Int64,
+        num_clusters: Int32,
+        stream: cuda_driver.CUstream,
+    ):
+        spec = self.spec
+        mA = self._matrix(a_ptr, m, k, batches, lda, batch_stride_a, spec.a_major == "m")
+        mB = self._matrix(b_ptr, n, k, batches, ldb, batch_stride_b, spec.b_major == "n")
+        mD = self._matrix(d_ptr, m, n, batches, ldd, batch_stride_d, spec.d_major == "m")
+
+        tiled_mma = sm90_helpers.make_trivial_tiled_mma(
+            self.ab_dtype,
+            self.ab_dtype,
+            self.a_layout.sm90_mma_major_mode(),
+            self.b_layout.sm90_mma_major_mode(),
+            self.acc_dtype,
+            (self.consumer_wgs, 1, 1),  # each consumer warpgroup owns 64 rows
+            tiler_mn=(64, self.tile_mnk[1]),
+        )
+        a_smem = sm90_helpers.make_smem_layout_a(
+            self.a_layout, self.tile_mnk, self.ab_dtype, self.num_stages
+        )
+        b_smem = sm90_helpers.make_smem_layout_b(
+            self.b_layout, self.tile_mnk, self.ab_dtype, self.num_stages
+        )
+        d_smem = sm90_helpers.make_smem_layout_epi(
+            self.d_dtype, self.d_layout, self.epi_tile, self.epi_stages
+        )
+        a_smem_one = cute.slice_(a_smem, (None, None, 0))
+        b_smem_one = cute.slice_(b_smem, (None, None, 0))
+        d_smem_one = cute.slice_(d_smem, (None, None, 0))
+
+        cp = cute.nvgpu.cpasync
+        # A is shared by the CTAs of a cluster row (same m): multicast across cluster_n.
+        tma_a, tma_tensor_a = cp.make_tiled_tma_atom(
+            cp.CopyBulkTensorTileG2SMulticastOp() if self.config.cluster_n > 1 else cp.CopyBulkTensorTileG2SOp(),
+            mA,
+            a_smem_one,
+            (self.tile_mnk[0], self.tile_mnk[2]),
+            num_multicast=self.config.cluster_n,
+        )
+        # B is shared by the CTAs of a cluster column (same n): multicast across cluster_m.
+        tma_b, tma_tensor_b = cp.make_tiled_tma_atom(
+            cp.CopyBulkTensorTileG2SMulticastOp() if self.config.cluster_m > 1 else cp.CopyBulkTensorTileG2SOp(),
+            mB,
+            b_smem_one,
+            (self.tile_mnk[1], self.tile_mnk[2]),
+            num_multicast=self.config.cluster_m,
+        )
+        tma_d, tma_tensor_d = cp.make_tiled_tma_atom(
+            cp.CopyBulkTensorTileS2GOp(), mD, d_smem_one, self.epi_tile
+        )
+
+        ab_stage_bytes = cute.size_in_bytes(self.ab_dtype, a_smem_one) + cute.size_in_bytes(
+            self.ab_dtype, b_smem_one
+        )
+
+        @cute.struct
+        class SharedStorage:
+            ring_barriers: cute.struct.MemRange[cutlass.Int64, 2 * self.num_stages]
+            sA: cute.struct.Align[
+                cute.struct.MemRange[self.ab_dtype, cute.cosize(a_smem)],
+                hardware.SWIZZLE_ATOM_ALIGNMENT_BYTES,
+            ]
+            sB: cute.struct.Align[
+                cute.struct.MemRange[self.ab_dtype, cute.cosize(b_smem)],
+                hardware.SWIZZLE_ATOM_ALIGNMENT_BYTES,
+            ]
+            sD: cute.struct.Align[
+                cute.struct.MemRange[self.d_dtype, cute.cosize(d_smem)],
+                hardware.SWIZZLE_ATOM_ALIGNMENT_BYTES,
+            ]
+
+        self.shared_storage = SharedStorage
+
+        tiles_m = scheduler.ceil_div(m, self.tile_mnk[0])
+        tiles_n = scheduler.ceil_div(n, self.tile_mnk[1])
+        clusters_m = scheduler.ceil_div(tiles_m, self.config.cluster_m)
+        clusters_n = scheduler.ceil_div(tiles_n, self.config.cluster_n)
+        k_blocks = scheduler.ceil_div(k, self.tile_mnk[2])
+
+        self.kernel(
+            tiled_mma,
+            tma_a,
+            tma_tensor_a,
+            tma_b,
+            tma_tensor_b,
+            tma_d,
+            tma_tensor_d,
+            a_smem,
+            b_smem,
+            d_smem,
+            ab_stage_bytes,
+            clusters_m,
+            clusters_n,
+            batches,
+            k_blocks,
+        ).launch(
+            grid=(self.config.cluster_m, self.config.cluster_n, num_clusters),
+            block=(self.threads, 1, 1),
+            cluster=self.cluster_shape_mnk,
+            min_blocks_per_mp=1,  # a register cap at entry, so setmaxnreg takes effect
+            stream=stream,
+        )
+
+    # ------------------------------------------------------------------------------
+    # Device side
+    # ------------------------------------------------------------------------------
+
+    @cute.kernel
+    def kernel(
+        self,
+        tiled_mma: cute.TiledMma,
+        tma_a: cute.CopyAtom,
+        mA: cute.Tensor,
+        tma_b: cute.CopyAtom,
+        mB: cute.Tensor,
+        tma_d: cute.CopyAtom,
+        mD: cute.Tensor,
+        a_smem: cute.ComposedLayout,
+        b_smem: cute.ComposedLayout,
+        d_smem: cute.ComposedLayout,
+        ab_stage_bytes: cutlass.Constexpr,
+        clusters_m: Int32,
+        clusters_n: Int32,
+        batches: Int32,
+        k_blocks: Int32,
+    ):
+        warp = cute.arch.make_warp_uniform(cute.arch.warp_idx())
+        tidx, _, _ = cute.arch.thread_idx()
+        warpgroup = warp // hardware.WARPS_PER_WARPGROUP
+
+        if warp == 0:
+            cp = cute.nvgpu.cpasync
+            cp.prefetch_descriptor(tma_a)
+            cp.prefetch_descriptor(tma_b)
+            cp.prefetch_descriptor(tma_d)
+
+        smem = cutlass.memory.SmemAllocator()
+        storage = smem.allocate(self.shared_storage)
+        cm, cn = self.config.cluster_m, self.config.cluster_n
+        ring = SmemRing(
+            storage.ring_barriers.data_ptr(),
+            self.num_stages,
+            ab_stage_bytes,
+            consumer_arrivals(self.consumer_wgs * hardware.WARPS_PER_WARPGROUP, cm, cn),
+        )
+        if warp == 0:
+            ring.init()
+        # Barrier initialisation must be visible cluster-wide before any peer arrives
+        # on these barriers or multicasts into this CTA.
+        cute.arch.mbarrier_init_fence()
+        if cutlass.const_expr(cm * cn > 1):
+            cute.arch.cluster_arrive_relaxed()
+            cute.arch.cluster_wait()
+        else:
+            cute.arch.sync_threads()
+
+        sA = storage.sA.get_tensor(a_smem.outer, swizzle=a_smem.inner)
+        sB = storage.sB.get_tensor(b_smem.outer, swizzle=b_smem.inner)
+        sD = storage.sD.get_tensor(d_smem.outer, swizzle=d_smem.inner)
+
+        # Where this CTA sits in its cluster, and which output tile each work item is.
+        cta_m, cta_n, cluster_id = cute.arch.block_idx()
+        num_clusters = cute.arch.grid_dim()[2]
+        sched = (clusters_m, clusters_n, batches, cta_m, cta_n, cluster_id, num_clusters)
+
+        if warpgroup == 0:
+            cute.arch.setmaxregister_decrease(self.producer_regs)
+            if warp == 0:
+                self.producer(ring, tma_a, mA, tma_b, mB, sA, sB, sched, k_blocks)
+        else:
+            cute.arch.setmaxregister_increase(self.consumer_regs)
+            self.consumer(
+                ring, tiled_mma, sA, sB, sD, tma_d, mD, sched, k_blocks, tidx, warp
+            )
+
+    @cute.jit
+    def tile_of(self, work, sched):
+        clusters_m, clusters_n, _, cta_m, cta_n, _, _ = sched
+        c_m, c_n, batch = scheduler.cluster_coord_of_work(
+            work, clusters_m, clusters_n, self.along_m, self.config.swizzle
+        )
+        return c_m * self.config.cluster_m + cta_m, c_n * self.config.cluster_n + cta_n, batch
+
+    # -- producer (TMA warp) -----------------------------------------------------------
+
+    @cute.jit
+    def producer(self, ring: SmemRing, tma_a, mA, tma_b, mB, sA, sB, sched, k_blocks: Int32):
+        clusters_m, clusters_n, batches, cta_m, cta_n, cluster_id, num_clusters = sched
+        cm, cn = self.config.cluster_m, self.config.cluster_n
+        cluster_layout = cute.make_layout(self.cluster_shape_mnk)
+        my_coord = (cta_m, cta_n, 0)
+        a_mask = cute.make_layout_image_mask(cluster_layout, my_coord, mode=1) if cn > 1 else 0
+        b_mask = cute.make_layout_image_mask(cluster_layout, my_coord, mode=0) if cm > 1 else 0
+
+        # (bM, bK, tiles_m, k_blocks, batches) views of the operands, split so that
+        # each CTA of a multicast group loads its share of the tile for all of them.
+        gA = cute.local_tile(mA, (self.tile_mnk[0], self.tile_mnk[2]), (None, None, None))
+        gB = cute.local_tile(mB, (self.tile_mnk[1], self.tile_mnk[2]), (None, None, None))
+        tAsA, tAgA = cute.nvgpu.cpasync.tma_partition(
+            tma_a, cta_n, cute.make_layout(cn), cute.group_modes(sA, 0, 2), cute.group_modes(gA, 0, 2)
+        )
+        tBsB, tBgB = cute.nvgpu.cpasync.tma_partition(
+            tma_b, cta_m, cute.make_layout(cm), cute.group_modes(sB, 0, 2), cute.group_modes(gB, 0, 2)
+        )
+
+        policy = self.lookahead
+        count = Int32(0)  # k-blocks handed to the ring so far, across all tiles
+        token = Boolean(False)
+        if cutlass.const_expr(policy == cfg.Lookahead.BEFORE_COPY):
+            token = ring.producer_try_acquire(count)
+
+        total_work = clusters_m * clusters_n * batches
+        work = cluster_id
+        while work < total_work:
+            tile_m, tile_n, batch = self.tile_of(work, sched)
+            for kb in cutlass.range(k_blocks, unroll=1):
+                if cutlass.const_expr(policy == cfg.Lookahead.NONE):
+                    token = Boolean(False)
+                ring.producer_acquire(count, token)
+                full = ring.full_barrier(count)
+                slot = stages.stage_index(count, self.num_stages)
+                count += 1
+                if cutlass.const_expr(policy == cfg.Lookahead.BEFORE_COPY):
+                    # Probe the next slot now: its answer is needed only one iteration
+                    # later, so the try_wait overlaps the copies issued below.
+                    token = ring.producer_try_acquire(count)
+                cute.copy(tma_a, tAgA[(None, tile_m, kb, batch)], tAsA[(None, slot)],
+                          tma_bar_ptr=full, mcast_mask=a_mask)
+                cute.copy(tma_b, tBgB[(None, tile_n, kb, batch)], tBsB[(None, slot)],
+                          tma_bar_ptr=full, mcast_mask=b_mask)
+                if cutlass.const_expr(policy == cfg.Lookahead.AFTER_COPY):
+                    token = Boolean(False)
+                    if kb + 1 < k_blocks:
+                        token = ring.producer_try_acquire(count)
+            work += num_clusters
+        ring.producer_tail(count)
+
+    # -- consumers (wgmma warpgroups) + epilogue -----------------------------------------
+
+    @cute.jit
+    def consumer(self, ring: SmemRing, tiled_mma, sA, sB, sD, tma_d, mD, sched, k_blocks: Int32,
+                 tidx: Int32, warp: Int32):
+        clusters_m, clusters_n, batches, cta_m, cta_n, cluster_id, num_clusters = sched
+        cm, cn = self.config.cluster_m, self.config.cluster_n
+        consumer_tidx = tidx - hardware.THREADS_PER_WARPGROUP
+        consumer_wg = consumer_tidx // hardware.THREADS_PER_WARPGROUP
+
+        # Which cluster CTA this lane releases slots to: lane i -> CTA rank i, if that
+        # CTA multicasts into this one (same cluster row or column).
+        lane = cute.arch.lane_idx()
+        peer_rank = lane % (cm * cn)
+        peer_m = peer_rank % cm
+        peer_n = peer_rank // cm
+        signals = lane < cm * cn and (peer_m == cta_m or peer_n == cta_n)
+
+        thr_mma = tiled_mma.get_slice(consumer_wg * hardware.THREADS_PER_WARPGROUP)
+        tCsA = thr_mma.partition_A(sA)
+        tCsB = thr_mma.partition_B(sB)
+        tCrA = tiled_mma.make_fragment_A(tCsA)
+        tCrB = tiled_mma.make_fragment_B(tCsB)
+        gD = cute.local_tile(mD, (self.tile_mnk[0], self.tile_mnk[1]), (None, None, None))
+        tCgD = thr_mma.partition_C(gD)
+        acc = cute.make_rmem_tensor(tCgD.shape[:3], self.acc_dtype)
+        k_atoms = cute.size(tCrA, mode=[2])
+
+        # Epilogue plumbing that does not depend on the tile: registers -> smem copy.
+        r2s_atom = sm90_helpers.get_smem_store_op(self.d_layout, self.d_dtype, self.acc_dtype)
+        stmatrix = cute.make_copy_atom(
+            cute.nvgpu.warp.StMatrix8x8x16bOp(self.d_layout.is_m_major_c(), 4), self.d_dtype
+        )
+        r2s = cute.make_tiled_copy_S(r2s_atom, cute.make_tiled_copy_C_atom(stmatrix, tiled_mma))
+        thr_r2s = r2s.get_slice(consumer_tidx)
+        tRS_sD = thr_r2s.partition_D(sD)
+        tRS_acc = r2s.retile(acc)
+        frag_shape = cute.shape(thr_r2s.partition_S(sD))[:3]
+        tRS_rAcc = cute.make_rmem_tensor(frag_shape, self.acc_dtype)
+        tRS_rD = cute.make_rmem_tensor(frag_shape, self.d_dtype)
+        frag_size = cute.size(tRS_rAcc)
+        epi_barrier = cutlass.pipeline.NamedBarrier(
+            barrier_id=EPILOGUE_BARRIER_ID, num_threads=self.consumer_threads
+        )
+        is_store_warp = warp == hardware.WARPS_PER_WARPGROUP  # first consumer warp
+
+        read = Int32(0)  # k-blocks consumed so far, across tiles
+        epi_count = Int32(0)  # epilogue sub-tiles stored so far, rotates sD buffers
+        tiled_mma.set(cute.nvgpu.warpgroup.Field.ACCUMULATE, True)
+        total_work = clusters_m * clusters_n * batches
+        work = cluster_id
+        while work < total_work:
+            tile_m, tile_n, batch = self.tile_of(work, sched)
+            acc.fill(0.0)
+            # Keep one wgmma batch in flight: wait for the previous k-block's wgmma
+            # (not this one's) before releasing the previous slot.
+            for kb in cutlass.range(k_blocks, unroll=1):
+                ring.consumer_wait(read, ring.consumer_try_wait(read))
+                slot = stages.stage_index(read, self.num_stages)
+                cute.nvgpu.warpgroup.fence()
+                for ka in cutlass.range_constexpr(k_atoms):
+                    coord = (None, None, ka, slot)
+                    cute.gemm(tiled_mma, acc, tCrA[coord], tCrB[coord], acc)
+                cute.nvgpu.warpgroup.commit_group()
+                cute.nvgpu.warpgroup.wait_group(1)
+                if kb > 0:
+                    ring.consumer_release(read - 1, signals, peer_rank, cm * cn > 1)
+                read += 1
+            cute.nvgpu.warpgroup.wait_group(0)
+            if k_blocks > 0:
+                ring.consumer_release(read - 1, signals, peer_rank, cm * cn > 1)
+
+            # ---- epilogue: registers -> smem -> TMA store, one sub-tile at a time ----
+            gD_tile = gD[(None, None, tile_m, tile_n, batch)]
+            gD_epi = cute.zipped_divide(gD_tile, self.epi_tile)
+            tDsD, tDgD = cute.nvgpu.cpasync.tma_partition(
+                tma_d, 0, cute.make_layout(1), cute.group_modes(sD, 0, 2), gD_epi
+            )
+            epi_subtiles = cute.size(gD_epi, mode=[1])
+            for e in cutlass.range_constexpr(epi_subtiles):
+                for v in cutlass.range_constexpr(frag_size):
+                    tRS_rAcc[v] = tRS_acc[e * frag_size + v]
+                tRS_rD.store(tRS_rAcc.load().to(self.d_dtype))
+                buf = epi_count % self.epi_stages
+                cute.copy(r2s, tRS_rD, tRS_sD[(None, None, None, buf)])
+                # stmatrix writes through the generic proxy; TMA reads through the
+                # async proxy, which needs this fence to see them.
+                cute.arch.fence_proxy("async.shared", space="cta")
+                epi_barrier.arrive_and_wait()
+                if is_store_warp:
+                    cute.copy(tma_d, tDsD[(None, buf)], tDgD[(None, e)])
+                    cute.arch.cp_async_bulk_commit_group()
+                    # The buffer written next was read by the store epi_stages-1 back.
+                    cute.arch.cp_async_bulk_wait_group(self.epi_stages - 1, read=True)
+                epi_barrier.arrive_and_wait()
+                epi_count += 1
+            work += num_clusters
+        if is_store_warp:
+            cute.arch.cp_async_bulk_wait_group(0, read=True)

@@ -1,0 +1,103 @@
+import pytest
+
+from wsgemm import ConfigError, GemmConfig, Lookahead, Raster, UnsupportedDtypeError
+from wsgemm import config as cfg
+from wsgemm import hardware
+
+
+def spec(config=None, **kw):
+    args = dict(arch="sm90", ab_dtype="bf16", out_dtype="bf16", a_major="k", b_major="k", d_major="n")
+    args.update(kw)
+    return cfg.make_spec(config=config or GemmConfig(), **args)
+
+
+def test_default_config_resolves_stages_from_the_smem_budget():
+    s = spec()
+    budget = cfg.smem_budget(s)
+    assert s.config.stages == budget.stages == 4  # 48 KiB per 128x256x64 bf16 stage
+    assert budget.total_bytes <= hardware.SM90.smem_per_cta_bytes
+    # One more stage would not fit.
+    assert budget.total_bytes + budget.stage_bytes > hardware.SM90.smem_per_cta_bytes
+
+
+def test_smaller_tiles_get_more_stages_up_to_the_cap():
+    assert spec(GemmConfig(tile_m=64, tile_n=64)).config.stages == cfg.MAX_STAGES
+
+
+def test_fp32_output_takes_more_epilogue_smem():
+    bf16 = cfg.smem_budget(spec())
+    fp32 = cfg.smem_budget(spec(out_dtype="fp32"))
+    assert fp32.epi_bytes == 2 * bf16.epi_bytes
+
+
+def test_enum_values_accepted_as_strings():
+    c = GemmConfig(lookahead="none", raster="along_n")
+    assert c.lookahead is Lookahead.NONE and c.raster is Raster.ALONG_N
+
+
+def test_bad_enum_value_names_the_choices():
+    with pytest.raises(ConfigError, match="lookahead='sideways' is not one of 'before_copy', 'after_copy', 'none'"):
+        GemmConfig(lookahead="sideways")
+
+
+@pytest.mark.parametrize(
+    "config, message",
+    [
+        (GemmConfig(tile_m=96), r"tile_m=96 is not supported; choose one of \[64, 128\]"),
+        (GemmConfig(tile_n=100), r"tile_n=100 is not supported"),
+        (GemmConfig(tile_k=32), r"tile_k=32 is not supported"),
+        (GemmConfig(cluster_m=3), r"cluster_m=3 is not supported"),
+        (GemmConfig(swizzle=3), r"swizzle=3 is not supported"),
+        (GemmConfig(two_cta=True), r"two_cta is a Blackwell \(sm100\) feature"),
+        (GemmConfig(stages=1), r"stages=1 must be between 2 and 8"),
+        (GemmConfig(epi_stages=0), r"epi_stages=0 must be between 1 and 4"),
+    ],
+)
+def test_invalid_configs_raise_config_error(config, message):
+    with pytest.raises(ConfigError, match=message):
+        spec(config)
+
+
+def test_too_many_stages_names_the_budget():
+    with pytest.raises(ConfigError, match=r"5 stages need 263168 B of shared memory but a CTA can have at most 232448 B on sm90; at most 4 stages fit"):
+        spec(GemmConfig(stages=5))
+
+
+def test_register_budget_is_checked():
+    regs = cfg.sm90_register_budget(GemmConfig(tile_m=128, tile_n=256))
+    assert (regs.producer_registers, regs.consumer_registers, regs.accumulator_registers) == (40, 232, 128)
+    # The whole register file is shared out: 1 producer + 2 consumer warpgroups.
+    assert (regs.producer_registers + 2 * regs.consumer_registers) * 128 <= hardware.SM90.registers_per_sm
+
+
+@pytest.mark.parametrize("kw, exc, message", [
+    (dict(ab_dtype="fp32"), UnsupportedDtypeError, "input dtype 'fp32' is not supported"),
+    (dict(out_dtype="int8"), UnsupportedDtypeError, "output dtype 'int8' is not supported"),
+    (dict(a_major="n"), ConfigError, "a_major='n' is not supported"),
+    (dict(arch="sm80"), ConfigError, "unknown arch 'sm80'"),
+    (dict(arch="sm100"), ConfigError, "SM100 kernel is not implemented yet"),
+])
+def test_make_spec_rejects_bad_problem_traits(kw, exc, message):
+    with pytest.raises(exc, match=message):
+        spec(**kw)
+
+
+def test_spec_is_hashable_and_distinguishes_every_code_affecting_field():
+    base = spec()
+    variants = [
+        spec(ab_dtype="fp16"),
+        spec(out_dtype="fp32"),
+        spec(a_major="m"),
+        spec(b_major="n"),
+        spec(d_major="m"),
+        spec(GemmConfig(tile_n=128)),
+        spec(GemmConfig(cluster_m=2)),
+        spec(GemmConfig(stages=3)),
+        spec(GemmConfig(epi_stages=1)),
+        spec(GemmConfig(raster="along_n")),
+        spec(GemmConfig(swizzle=2)),
+        spec(GemmConfig(lookahead="none")),
+    ]
+    keys = {base, *variants}
+    assert len(keys) == 1 + len(variants)
+    assert spec() == base and hash(spec()) == hash(base)

@@ -1,0 +1,238 @@
+"""Correctness of the SM90 kernel on a Hopper GPU, against a float32 reference.
+
+Fresh random normal inputs for every case (never zeros), outputs poisoned with NaN
+before each run (through ``out=``, and for allocated results by handing the
+caching allocator NaN-filled memory first), relative Frobenius error bounds per
+output dtype plus a row-wise bound that catches a single wrong tile.
+"""
+
+import pytest
+import torch
+
+import wsgemm
+from wsgemm import DeviceError, GemmConfig
+
+pytestmark = pytest.mark.gpu
+
+# Relative Frobenius error bounds by output dtype: the kernel accumulates in fp32,
+# so the error is the output rounding (bf16: 8 bits of mantissa, fp16: 11).
+TOLERANCE = {torch.bfloat16: 1e-2, torch.float16: 2e-3, torch.float32: 1e-4}
+
+
+@pytest.fixture(autouse=True)
+def exact_fp32_reference():
+    old = torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = False  # the reference must be true fp32
+    yield
+    torch.backends.cuda.matmul.allow_tf32 = old
+
+
+def rand(*shape, dtype=torch.bfloat16):
+    return torch.randn(*shape, device="cuda", dtype=torch.float32).to(dtype)
+
+
+def poison_allocator(nbytes=1 << 28):
+    """Leave NaN-filled blocks in torch's caching allocator, so a result tensor that
+    the kernel forgets to write shows NaN instead of stale data."""
+    junk = torch.full((nbytes // 4,), float("nan"), device="cuda")
+    del junk
+
+
+def check(d, a, b, dtype=None):
+    ref = torch.matmul(a.float(), b.float())
+    assert d.shape == ref.shape
+    assert d.dtype == (dtype or a.dtype)
+    assert not torch.isnan(d).any(), "unwritten (NaN-poisoned) output elements"
+    if ref.numel() == 0:
+        return
+    diff = d.float() - ref
+    rel = (diff.norm() / ref.norm()).item()
+    tol = TOLERANCE[d.dtype]
+    assert rel < tol, f"relative Frobenius error {rel:.3e} >= {tol:.0e}"
+    rows = diff.reshape(-1, diff.shape[-1]).norm(dim=-1) / ref.reshape(-1, ref.shape[-1]).norm(dim=-1).clamp_min(1e-30)
+    assert rows.max().item() < 5 * tol, f"worst row error {rows.max().item():.3e}: a tile is wrong"
+
+
+def run(a, b, **kwargs):
+    poison_allocator()
+    return wsgemm.gemm(a, b, **kwargs)
+
+
+SHAPES = [
+    (128, 256, 64),  # exactly one tile
+    (256, 512, 1024),
+    (1000, 1000, 1000),  # not a multiple of any tile
+    (1, 8, 8),  # tiny
+    (8, 8, 8),
+    (1, 4096, 4096),  # decode-like skinny M
+    (4096, 1, 1024),  # one column
+    (333, 517, 129),  # odd everything: padded copies of A, B and a staged D
+    (64, 64, 32768),  # long K, a single output tile
+    (2048, 2048, 2048),
+]
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
+@pytest.mark.parametrize("m, n, k", SHAPES, ids=[f"{m}x{n}x{k}" for m, n, k in SHAPES])
+def test_shapes(m, n, k, dtype):
+    a, b = rand(m, k, dtype=dtype), rand(k, n, dtype=dtype)
+    check(run(a, b), a, b)
+
+
+MAJOR_CASES = [("row", "row"), ("row", "col"), ("col", "row"), ("col", "col")]
+
+
+def layout(t, major):
+    """The same matrix stored row-major or column-major."""
+    return t.contiguous() if major == "row" else t.t().contiguous().t()
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
+@pytest.mark.parametrize("a_major, b_major", MAJOR_CASES, ids=[f"a{x}-b{y}" for x, y in MAJOR_CASES])
+@pytest.mark.parametrize("m, n, k", [(512, 384, 256), (200, 136, 72)], ids=["aligned", "ragged"])
+def test_operand_majors(a_major, b_major, m, n, k, dtype):
+    a = layout(rand(m, k, dtype=dtype), a_major)
+    b = layout(rand(k, n, dtype=dtype), b_major)
+    check(run(a, b), a, b)
+
+
+def test_weight_transpose_is_read_without_copy(monkeypatch):
+    import wsgemm.operands as operands
+
+    copies = []
+    real = operands.padded_empty
+    monkeypatch.setattr(operands, "padded_empty", lambda *a, **k: copies.append(a) or real(*a, **k))
+    w = rand(384, 512)  # (N, K) like nn.Linear.weight
+    x = rand(256, 512)
+    check(run(x, w.t()), x, w.t())
+    assert copies == []
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
+def test_fp32_output(dtype):
+    a, b = rand(300, 520, dtype=dtype), rand(520, 264, dtype=dtype)
+    check(run(a, b, out_dtype=torch.float32), a, b, torch.float32)
+
+
+def test_batched():
+    a, b = rand(3, 300, 136), rand(3, 136, 200)
+    check(run(a, b), a, b)
+
+
+def test_batched_times_shared_matrix_and_back():
+    a, b = rand(4, 100, 64), rand(64, 96)
+    check(run(a, b), a, b)
+    a2, b2 = rand(100, 64), rand(3, 64, 96)
+    check(run(a2, b2), a2, b2)
+
+
+def test_batched_transposed_operands():
+    a = rand(2, 64, 160).transpose(1, 2)  # (2, 160, 64), M-major per batch
+    b = rand(2, 96, 64).transpose(1, 2)  # (2, 64, 96), K-major per batch
+    check(run(a, b), a, b)
+
+
+def test_out_is_written_in_place():
+    a, b = rand(500, 300), rand(300, 260)
+    out = torch.full((500, 260), float("nan"), device="cuda", dtype=torch.bfloat16)
+    d = wsgemm.gemm(a, b, out=out)
+    assert d is out
+    check(out, a, b)
+
+
+def test_column_major_out():
+    a, b = rand(256, 192), rand(192, 320)
+    out = torch.full((320, 256), float("nan"), device="cuda", dtype=torch.float32).t()
+    wsgemm.gemm(a, b, out=out)
+    check(out, a, b, torch.float32)
+
+
+def test_out_without_a_tensor_map_is_staged():
+    a, b = rand(100, 64), rand(64, 45)
+    storage = torch.full((100, 50), float("nan"), device="cuda", dtype=torch.bfloat16)
+    out = storage[:, 1:46]  # base 2 bytes past 16-byte alignment
+    wsgemm.gemm(a, b, out=out)
+    check(out, a, b)
+    assert torch.isnan(storage[:, 0]).all() and torch.isnan(storage[:, 46:]).all()
+
+
+def test_zero_sized_dimensions():
+    assert wsgemm.gemm(rand(0, 64), rand(64, 32)).shape == (0, 32)
+    assert wsgemm.gemm(rand(16, 64), rand(64, 0)).shape == (16, 0)
+    out = torch.full((16, 32), float("nan"), device="cuda", dtype=torch.bfloat16)
+    assert torch.equal(wsgemm.gemm(rand(16, 0), rand(0, 32), out=out), torch.zeros_like(out))
+
+
+CONFIGS = [
+    GemmConfig(cluster_m=2),
+    GemmConfig(cluster_n=2),
+    GemmConfig(cluster_m=2, cluster_n=2),
+    GemmConfig(lookahead="after_copy"),
+    GemmConfig(lookahead="none"),
+    GemmConfig(tile_m=64, tile_n=128),
+    GemmConfig(tile_m=128, tile_n=128, stages=2, epi_stages=1),
+    GemmConfig(tile_m=128, tile_n=192),
+    GemmConfig(raster="along_n", swizzle=4),
+    GemmConfig(raster="along_m", swizzle=8, cluster_m=2),
+]
+
+
+@pytest.mark.parametrize("config", CONFIGS, ids=lambda c: c.short())
+@pytest.mark.parametrize("m, n, k", [(1024, 1280, 640), (1000, 1100, 520)], ids=["even", "ragged"])
+def test_configs(config, m, n, k):
+    a, b = rand(m, k), rand(k, n)
+    check(run(a, b, config=config), a, b)
+
+
+def test_results_are_deterministic():
+    a, b = rand(1536, 1536), rand(1536, 1536)
+    first = wsgemm.gemm(a, b)
+    for _ in range(3):
+        assert torch.equal(wsgemm.gemm(a, b), first), "results differ between runs: a race"
+
+
+def test_cuda_graph_capture_and_replay():
+    a, b = rand(512, 768), rand(768, 384)
+    out = torch.empty(512, 384, device="cuda", dtype=torch.bfloat16)
+    wsgemm.gemm(a, b, out=out)  # compile and load outside the capture
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        wsgemm.gemm(a, b, out=out)
+    out.fill_(float("nan"))
+    graph.replay()
+    torch.cuda.synchronize()
+    check(out, a, b)
+    a.copy_(rand(512, 768))
+    b.copy_(rand(768, 384))
+    out.fill_(float("nan"))
+    graph.replay()
+    torch.cuda.synchronize()
+    check(out, a, b)
+
+
+def test_runs_on_the_current_stream():
+    a = torch.full((1024, 1024), float("nan"), device="cuda", dtype=torch.bfloat16)
+    b = torch.full((1024, 1024), float("nan"), device="cuda", dtype=torch.bfloat16)
+    a_val, b_val = rand(1024, 1024), rand(1024, 1024)
+    wsgemm.gemm(a_val, b_val)  # compile outside the timed region
+    torch.cuda.synchronize()
+    side = torch.cuda.Stream()
+    with torch.cuda.stream(side):
+        torch.cuda._sleep(50_000_000)  # ~tens of ms: a kernel on another stream would run first
+        a.copy_(a_val)
+        b.copy_(b_val)
+        d = wsgemm.gemm(a, b)
+    side.synchronize()
+    check(d, a_val, b_val)
+
+
+def test_out_on_another_device_is_rejected():
+    a, b = rand(8, 8), rand(8, 8)
+    with pytest.raises(DeviceError, match="out is on cpu but the operands are on cuda:0"):
+        wsgemm.gemm(a, b, out=torch.empty(8, 8, dtype=torch.bfloat16))
+
+
+def test_cpu_operand_next_to_a_gpu_one_is_rejected():
+    with pytest.raises(DeviceError, match="b is on cpu"):
+        wsgemm.gemm(rand(8, 8), torch.randn(8, 8, dtype=torch.bfloat16))

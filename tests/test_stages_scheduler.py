@@ -1,0 +1,71 @@
+from collections import Counter
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from wsgemm.kernels.common import stages
+from wsgemm.kernels.common.scheduler import TileGrid, cluster_coord_of_work
+
+
+def test_stage_index_and_parities_walk_the_ring():
+    n = 3
+    got = [(stages.stage_index(c, n), stages.full_wait_parity(c, n), stages.empty_wait_parity(c, n)) for c in range(7)]
+    assert got == [
+        (0, 0, 1), (1, 0, 1), (2, 0, 1),  # lap 0: consumers wait phase 0; producer passes (parity 1)
+        (0, 1, 0), (1, 1, 0), (2, 1, 0),  # lap 1: consumers wait phase 1; producer waits release 0
+        (0, 0, 1),
+    ]
+
+
+def test_producer_parity_is_the_consumers_parity_one_lap_earlier():
+    for n in (2, 3, 4, 7):
+        for c in range(n, 50):
+            assert stages.empty_wait_parity(c, n) == stages.full_wait_parity(c - n, n)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    tiles_m=st.integers(1, 12),
+    tiles_n=st.integers(1, 12),
+    batches=st.integers(1, 3),
+    cluster_m=st.sampled_from([1, 2]),
+    cluster_n=st.sampled_from([1, 2]),
+    along_m=st.booleans(),
+    swizzle=st.sampled_from([1, 2, 4, 8]),
+    clusters=st.integers(1, 40),
+)
+def test_every_output_tile_is_computed_exactly_once(tiles_m, tiles_n, batches, cluster_m, cluster_n, along_m, swizzle, clusters):
+    grid = TileGrid(tiles_m, tiles_n, batches, cluster_m, cluster_n, along_m, swizzle)
+    clusters = grid.launch_clusters(clusters)
+    seen = Counter()
+    for c in range(clusters):
+        for cm in range(cluster_m):
+            for cn in range(cluster_n):
+                for m, n, l in grid.cta_tiles(c, clusters, cm, cn):
+                    seen[(m, n, l)] += 1
+    real = {(m, n, l): 1 for m in range(tiles_m) for n in range(tiles_n) for l in range(batches)}
+    assert {t: v for t, v in seen.items() if t[0] < tiles_m and t[1] < tiles_n} == real
+    # Padding tiles appear only past the edges, and only to complete a cluster.
+    assert all(m < grid.clusters_m * cluster_m and n < grid.clusters_n * cluster_n for m, n, _ in seen)
+
+
+def test_swizzle_visits_band_columns_side_by_side_walking_down_m():
+    order = [cluster_coord_of_work(w, 3, 4, True, 2)[:2] for w in range(12)]
+    assert order == [(0, 0), (0, 1), (1, 0), (1, 1), (2, 0), (2, 1),
+                     (0, 2), (0, 3), (1, 2), (1, 3), (2, 2), (2, 3)]
+
+
+def test_last_band_may_be_narrower():
+    order = [cluster_coord_of_work(w, 2, 3, True, 2)[:2] for w in range(6)]
+    assert order == [(0, 0), (0, 1), (1, 0), (1, 1), (0, 2), (1, 2)]
+
+
+def test_raster_along_n_steps_along_n():
+    order = [cluster_coord_of_work(w, 2, 3, False, 1)[:2] for w in range(6)]
+    assert order == [(0, 0), (0, 1), (0, 2), (1, 0), (1, 1), (1, 2)]
+
+
+def test_persistent_grid_never_exceeds_work_or_residency():
+    grid = TileGrid(3, 2, 1)
+    assert grid.launch_clusters(132) == 6
+    assert TileGrid(64, 32, 1).launch_clusters(132) == 132
