@@ -236,3 +236,27 @@ def test_out_on_another_device_is_rejected():
 def test_cpu_operand_next_to_a_gpu_one_is_rejected():
     with pytest.raises(DeviceError, match="b is on cpu"):
         wsgemm.gemm(rand(8, 8), torch.randn(8, 8, dtype=torch.bfloat16))
+
+
+def test_a_new_process_loads_the_kernel_from_the_disk_cache(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    script = (
+        "import torch, wsgemm, wsgemm.compile as c\n"
+        "a = torch.randn(640, 320, device='cuda').bfloat16(); b = torch.randn(320, 192, device='cuda').bfloat16()\n"
+        "d = wsgemm.gemm(a, b, config=wsgemm.GemmConfig(tile_m=64, tile_n=192))\n"
+        "ref = a.float() @ b.float()\n"
+        "entry = next(iter(c.KERNEL_CACHE._entries.values()))\n"
+        "print(entry.extra.get('from_disk', False), ((d.float() - ref).norm() / ref.norm()).item())\n"
+    )
+    env = {**os.environ, "WSGEMM_CACHE_DIR": str(tmp_path)}
+    runs = [subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300)
+            for _ in range(2)]
+    for r in runs:
+        assert r.returncode == 0, r.stderr[-2000:]
+    (first_disk, first_err), (second_disk, second_err) = (r.stdout.split() for r in runs)
+    assert first_disk == "False" and second_disk == "True"
+    assert float(first_err) < 1e-2 and float(second_err) < 1e-2
+    assert list(tmp_path.glob("k*.o"))

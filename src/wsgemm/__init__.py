@@ -13,7 +13,6 @@ from .errors import (
     ShapeError,
     UnsupportedDeviceError,
     UnsupportedDtypeError,
-    UnsupportedLayoutError,
     WsgemmError,
 )
 
@@ -39,6 +38,5 @@ __all__ = [
     "ShapeError",
     "UnsupportedDeviceError",
     "UnsupportedDtypeError",
-    "UnsupportedLayoutError",
     "__version__",
 ]

@@ -30,9 +30,5 @@ class ShapeError(WsgemmError, ValueError):
     """Operand shapes that do not form a matrix product."""
 
 
-class UnsupportedLayoutError(WsgemmError, ValueError):
-    """A memory layout the kernels cannot read, and that wsgemm will not copy."""
-
-
 class ConfigError(WsgemmError, ValueError):
     """A ``GemmConfig`` that is invalid or exceeds a hardware budget."""
