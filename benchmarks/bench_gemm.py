@@ -176,7 +176,8 @@ def main(argv=None) -> int:
     cases = [(s, d) for s in parse_shapes(args.shapes) for d in args.dtypes.split(",")]
     report = {
         "name": args.name,
-        "command": "python " + " ".join([Path(sys.argv[0]).as_posix(), *(argv or sys.argv[1:])]),
+        "command": f"python benchmarks/bench_gemm.py --shapes {args.shapes} --dtypes {args.dtypes} "
+        f"--reps {args.reps} --name {args.name}",
         "environment": environment(),
         "reps": args.reps,
         "gpu_before": gpu_state(),
