@@ -9,9 +9,8 @@ def test_hopper_runs_the_sm90_kernel():
 
 
 @pytest.mark.parametrize("cap", [(10, 0), (10, 3)])
-def test_blackwell_is_recognised_but_not_shipped_yet(cap):
-    with pytest.raises(UnsupportedDeviceError, match=r"needs the sm100 kernel, which this version of wsgemm does not ship yet"):
-        arch_for_capability(cap, "NVIDIA B200")
+def test_blackwell_gets_the_sm100_kernel(cap):
+    assert arch_for_capability(cap, "NVIDIA B200") == "sm100"
 
 
 @pytest.mark.parametrize("cap, name", [((8, 0), "NVIDIA A100"), ((8, 9), "NVIDIA L4"), ((12, 0), "RTX 5090")])
@@ -19,7 +18,8 @@ def test_other_gpus_get_a_clear_error(cap, name):
     with pytest.raises(UnsupportedDeviceError) as info:
         arch_for_capability(cap, name)
     msg = str(info.value)
-    assert name in msg and f"{cap[0]}.{cap[1]}" in msg and "sm90 (compute capability 9.0): runs" in msg
+    assert name in msg and f"{cap[0]}.{cap[1]}" in msg and "sm90 (compute capability 9.0): runs, tested on hardware" in msg
+    assert "sm100 (compute capability 10.0, 10.3): compiles, never run on hardware" in msg
 
 
 def test_gemm_reports_an_unsupported_gpu(monkeypatch):
@@ -34,3 +34,15 @@ def test_gemm_reports_an_unsupported_gpu(monkeypatch):
     a = torch.randn(8, 8, dtype=torch.bfloat16)
     with pytest.raises(UnsupportedDeviceError, match="A100"):
         api.gemm(a, a)
+
+
+def test_an_unverified_arch_warns_before_its_first_launch(monkeypatch):
+    torch = pytest.importorskip("torch")
+    from types import SimpleNamespace
+
+    import wsgemm.api as api
+
+    props = SimpleNamespace(major=10, minor=0, name="NVIDIA B200", multi_processor_count=148)
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda index: props)
+    with pytest.warns(RuntimeWarning, match="sm100 kernel has been compiled and statically checked but never run"):
+        assert api._device_facts.__wrapped__(0) == ("sm100", 148, "NVIDIA B200")

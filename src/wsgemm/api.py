@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import functools
 import threading
+import warnings
 
 import torch
 
 from . import compile as compile_mod
 from . import config as cfg
-from .dispatch import arch_for_capability
+from .dispatch import HARDWARE_VERIFIED_ARCHS, arch_for_capability
 from .errors import DeviceError, ShapeError, UnsupportedDtypeError, WsgemmError
 from .heuristics import choose_config
 from .kernels.common.scheduler import TileGrid
@@ -31,6 +32,14 @@ INPUT_TORCH_DTYPES = (torch.float16, torch.bfloat16)
 def _device_facts(index: int) -> tuple[str, int, str]:
     props = torch.cuda.get_device_properties(index)
     arch = arch_for_capability((props.major, props.minor), props.name)
+    if arch not in HARDWARE_VERIFIED_ARCHS:
+        warnings.warn(
+            f"wsgemm: the {arch} kernel has been compiled and statically checked but never run "
+            f"on hardware by its authors; check its results on your {props.name} against "
+            "torch.matmul before relying on it (tests/test_gpu_sm90.py shows how)",
+            RuntimeWarning,
+            stacklevel=3,
+        )
     return arch, props.multi_processor_count, props.name
 
 

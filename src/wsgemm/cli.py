@@ -14,6 +14,7 @@ from pathlib import Path
 
 from . import config as cfg
 from . import hardware
+from .dispatch import HARDWARE_VERIFIED_ARCHS
 
 
 def _add_config_args(p: argparse.ArgumentParser) -> None:
@@ -47,6 +48,14 @@ def describe_spec(spec: cfg.KernelSpec) -> list[str]:
             f"warpgroups 1..{wgs} = wgmma consumers + epilogue ({regs.consumer_registers} regs/thread, "
             f"{regs.accumulator_registers} for accumulators)",
         ]
+    else:
+        lines += [
+            "  warp roles : warp 5 = TMA producer; warp 4 = tcgen05 MMA issuer"
+            + (" (pair leader only, cta_group::2)" if c.two_cta else "")
+            + "; warps 0-3 = epilogue (tcgen05.ld -> st.shared -> TMA store)",
+            f"  TMEM       : {c.acc_stages} accumulator buffers x {c.tile_n} fp32 columns -> "
+            f"allocates {cfg.tmem_columns(spec)} of {spec.facts.tmem_columns} columns",
+        ]
     lines += [
         f"  tile       : {c.tile_m}x{c.tile_n}x{c.tile_k}, cluster {c.cluster_m}x{c.cluster_n}, "
         f"raster {c.raster.value} swizzle {c.swizzle}, look-ahead {c.lookahead.value}",
@@ -62,7 +71,8 @@ def _compile_report(spec: cfg.KernelSpec, out_dir: Path | None = None) -> list[s
 
     compiled = compile_spec(spec, keep_artifacts=True, dump_dir=str(out_dir) if out_dir else None)
     lines = describe_spec(spec)
-    lines.append(f"  compiled   : {spec.facts.compile_target} in {compiled.compile_seconds:.2f} s")
+    lines.append(f"  compiled   : {spec.facts.compile_target} in {compiled.compile_seconds:.2f} s"
+                 + ("" if spec.arch in HARDWARE_VERIFIED_ARCHS else " (compile-only: never run on hardware)"))
     if compiled.ptx:
         counts = {k: v for k, v in count_instructions(compiled.ptx).items() if v}
         lines.append("  PTX        : " + ", ".join(f"{k} x{v}" for k, v in counts.items()))
@@ -150,13 +160,11 @@ def cmd_demo(args) -> int:
     if gpu_ok and not args.compile_only:
         return _gpu_demo(args)
     print("No supported GPU here: compiling the kernels instead (no GPU needed).")
-    from .dispatch import IMPLEMENTED_ARCHS
+    from .heuristics import choose_config
 
     for arch in hardware.ARCHS:
-        if arch not in IMPLEMENTED_ARCHS:
-            print(f"\n{arch}: kernel not implemented yet")
-            continue
-        spec = cfg.make_spec(arch, args.dtype, args.dtype, "k", "k", "n", cfg.GemmConfig())
+        config = choose_config(arch, args.m, args.n, args.k, 1, sm_count=132)
+        spec = cfg.make_spec(arch, args.dtype, args.dtype, "k", "k", "n", config)
         print()
         print("\n".join(_compile_report(spec)))
     return 0

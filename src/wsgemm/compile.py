@@ -27,6 +27,10 @@ def _kernel_builder(spec: KernelSpec):
         from .kernels.sm90 import Sm90Gemm
 
         return Sm90Gemm(spec)
+    if spec.arch == "sm100":
+        from .kernels.sm100 import Sm100Gemm
+
+        return Sm100Gemm(spec)
     raise NotImplementedError(f"no kernel for arch {spec.arch!r}")  # make_spec rejects earlier
 
 
@@ -97,7 +101,8 @@ def compile_spec(spec: KernelSpec, *, keep_artifacts: bool = False, dump_dir: st
     start = time.perf_counter()
     fn = cute.compile(kernel, *_example_args(spec), options=" ".join(options))
     seconds = time.perf_counter() - start
-    compiled = CompiledGemm(spec, fn, seconds)
+    compiled = CompiledGemm(spec, fn, seconds,
+                            extra={"smem_bytes": kernel.smem_bytes, "tx_bytes": kernel.tx_bytes})
     if keep_artifacts:
         artifacts = getattr(fn, "artifacts", None)
         compiled.ptx = _artifact_text(getattr(artifacts, "PTX", None))

@@ -161,10 +161,23 @@ class KernelSpec:
         )
 
 
-def epilogue_tile(spec_or_config: GemmConfig) -> tuple[int, int]:
+def epilogue_tile(spec: "KernelSpec") -> tuple[int, int]:
     """Shape of the sub-tile the epilogue moves through shared memory per step."""
-    cfg = spec_or_config
-    return (min(cfg.tile_m, 128), 32)
+    c = spec.config
+    if spec.arch == "sm100":
+        # The DSL's own rule (pure Python), so the budget matches what the kernel builds:
+        # tensor-memory loads cover 32 lanes per warp, 4 warps -> 128 rows.
+        from cutlass.utils.blackwell_helpers import compute_epilogue_tile_size
+
+        return compute_epilogue_tile_size(
+            c.tile_m, c.tile_n, c.two_cta, DTYPE_BYTES[spec.out_dtype] * 8, None, spec.d_major == "m"
+        )
+    return (min(c.tile_m, 128), 32)
+
+
+def cta_pair(config: GemmConfig) -> int:
+    """CTAs that share one MMA: 2 with Blackwell's cta_group::2, else 1."""
+    return 2 if config.two_cta else 1
 
 
 def consumer_warpgroups(config: GemmConfig) -> int:
@@ -177,8 +190,9 @@ def smem_budget(spec: KernelSpec, stages: int | None = None) -> SmemBudget:
     in_bytes = DTYPE_BYTES[spec.ab_dtype]
     out_bytes = DTYPE_BYTES[spec.out_dtype]
     a_stage = cfg.tile_m * cfg.tile_k * in_bytes
-    b_stage = cfg.tile_n * cfg.tile_k * in_bytes
-    epi_m, epi_n = epilogue_tile(cfg)
+    # A 2-CTA MMA splits B's N columns between the pair: each CTA holds half.
+    b_stage = cfg.tile_n // cta_pair(cfg) * cfg.tile_k * in_bytes
+    epi_m, epi_n = epilogue_tile(spec)
     epi = epi_m * epi_n * out_bytes * cfg.epi_stages
     capacity = spec.facts.smem_per_cta_bytes
     if stages is None:
@@ -186,6 +200,14 @@ def smem_budget(spec: KernelSpec, stages: int | None = None) -> SmemBudget:
     if stages is None:
         stages = min(MAX_STAGES, (capacity - epi - SMEM_RESERVED_BYTES) // (a_stage + b_stage))
     return SmemBudget(a_stage, b_stage, epi, SMEM_RESERVED_BYTES, stages, capacity)
+
+
+def tmem_columns(spec: KernelSpec) -> int:
+    """Tensor-memory columns the SM100 kernel allocates: one fp32 column per output
+    column per accumulator buffer (128 lanes = 128 rows), rounded up to the power of
+    two ``tcgen05.alloc`` requires (at least 32)."""
+    used = spec.config.acc_stages * spec.config.tile_n
+    return max(32, 1 << (used - 1).bit_length())
 
 
 def sm90_register_budget(config: GemmConfig) -> RegisterBudget:
@@ -246,12 +268,15 @@ def make_spec(
     if arch == "sm90":
         _check_sm90(config)
     else:
-        raise ConfigError(
-            "the SM100 kernel is not implemented yet (see the SM100 issue); "
-            "only sm90 kernels can be built"
-        )
+        _check_sm100(config)
 
     spec = KernelSpec(arch, ab_dtype, out_dtype, a_major, b_major, d_major, config)
+    if arch == "sm100" and tmem_columns(spec) > spec.facts.tmem_columns:
+        raise ConfigError(
+            f"{config.acc_stages} accumulator buffers of {config.tile_n} fp32 columns need "
+            f"{config.acc_stages * config.tile_n} tensor-memory columns; an SM has "
+            f"{spec.facts.tmem_columns}: use fewer acc_stages or a smaller tile_n"
+        )
     budget = smem_budget(spec)
     if budget.stages < 2:
         raise ConfigError(
@@ -267,6 +292,9 @@ def make_spec(
         )
     if config.stages is None:
         spec = replace(spec, config=replace(config, stages=budget.stages))
+    from .kernels.common.protocol import check_barrier_protocol  # needs the DSL; import late
+
+    check_barrier_protocol(spec)
     return spec
 
 
@@ -275,19 +303,39 @@ def max_stages_that_fit(budget: SmemBudget) -> int:
     return free // budget.stage_bytes
 
 
-def _check_sm90(config: GemmConfig) -> None:
-    _check_choice("tile_m", config.tile_m, SM90_TILE_M)
-    _check_choice("tile_n", config.tile_n, SM90_TILE_N)
+SM100_TILE_M = (128,)  # rows per CTA; the MMA is 128 (1 CTA) or 256 (2-CTA pair) rows
+SM100_TILE_N = (64, 128, 192, 256)
+
+
+def _check_common(config: GemmConfig) -> None:
     _check_choice("tile_k", config.tile_k, TILE_K)
     _check_choice("cluster_m", config.cluster_m, CLUSTER_DIMS)
     _check_choice("cluster_n", config.cluster_n, CLUSTER_DIMS)
     _check_choice("swizzle", config.swizzle, SWIZZLES)
-    if config.two_cta:
-        raise ConfigError("two_cta is a Blackwell (sm100) feature; Hopper has no cta_group::2 MMA")
     if config.stages is not None and not (2 <= config.stages <= MAX_STAGES):
         raise ConfigError(f"stages={config.stages} must be between 2 and {MAX_STAGES}")
     if not 1 <= config.epi_stages <= 4:
         raise ConfigError(f"epi_stages={config.epi_stages} must be between 1 and 4")
+
+
+def _check_sm100(config: GemmConfig) -> None:
+    _check_choice("tile_m", config.tile_m, SM100_TILE_M)
+    _check_choice("tile_n", config.tile_n, SM100_TILE_N)
+    _check_common(config)
+    if config.two_cta and config.cluster_m % 2:
+        raise ConfigError(
+            f"two_cta pairs CTAs along M, so cluster_m must be even (got cluster_m={config.cluster_m})"
+        )
+    if not 1 <= config.acc_stages <= 4:
+        raise ConfigError(f"acc_stages={config.acc_stages} must be between 1 and 4")
+
+
+def _check_sm90(config: GemmConfig) -> None:
+    _check_choice("tile_m", config.tile_m, SM90_TILE_M)
+    _check_choice("tile_n", config.tile_n, SM90_TILE_N)
+    _check_common(config)
+    if config.two_cta:
+        raise ConfigError("two_cta is a Blackwell (sm100) feature; Hopper has no cta_group::2 MMA")
     regs = sm90_register_budget(config)
     if regs.accumulator_registers + SM90_CONSUMER_REGISTER_OVERHEAD > regs.consumer_registers:
         raise ConfigError(

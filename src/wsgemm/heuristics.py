@@ -11,8 +11,8 @@ from .kernels.common.scheduler import ceil_div
 
 
 def choose_config(arch: str, m: int, n: int, k: int, batches: int, sm_count: int) -> GemmConfig:
-    if arch != "sm90":
-        return GemmConfig()
+    if arch == "sm100":
+        return _choose_sm100(m, n, batches, sm_count)
     # Few rows: a 64-row tile (one consumer warpgroup) wastes less of the MMA.
     tile_m = 64 if m <= 64 else 128
     tile_n = 256
@@ -31,3 +31,12 @@ def choose_config(arch: str, m: int, n: int, k: int, batches: int, sm_count: int
         raster=Raster.ALONG_M,
         swizzle=1,
     )
+
+
+def _choose_sm100(m: int, n: int, batches: int, sm_count: int) -> GemmConfig:
+    """Blackwell: unmeasured (no Blackwell GPU here), so the conservative shape of
+    CUTLASS's defaults: 128x256 tiles with two TMEM accumulator buffers, a 2x1
+    cluster sharing B when there are enough tiles; the 2-CTA MMA only on request."""
+    tiles = ceil_div(m, 128) * ceil_div(n, 256) * batches
+    cluster_m = 2 if ceil_div(m, 128) >= 2 and tiles >= 2 * sm_count else 1
+    return GemmConfig(tile_m=128, tile_n=256 if tiles >= sm_count else 128, cluster_m=cluster_m, acc_stages=2)

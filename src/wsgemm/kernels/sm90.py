@@ -32,7 +32,7 @@ from cutlass import Boolean, Int32, Int64
 from .. import config as cfg
 from .. import hardware
 from .common import scheduler, stages
-from .common.pipeline import SmemRing, consumer_arrivals
+from .common.pipeline import SmemRing, empty_arrivals, produce_k_blocks, release_mask
 
 CUTLASS_DTYPES = {"fp16": cutlass.Float16, "bf16": cutlass.BFloat16, "fp32": cutlass.Float32}
 
@@ -53,7 +53,7 @@ class Sm90Gemm:
         self.d_dtype = CUTLASS_DTYPES[spec.out_dtype]
         self.acc_dtype = cutlass.Float32
         self.tile_mnk = (c.tile_m, c.tile_n, c.tile_k)
-        self.epi_tile = cfg.epilogue_tile(c)
+        self.epi_tile = cfg.epilogue_tile(spec)
         self.num_stages = c.stages
         self.epi_stages = c.epi_stages
         self.consumer_wgs = cfg.consumer_warpgroups(c)
@@ -172,6 +172,9 @@ class Sm90Gemm:
             ]
 
         self.shared_storage = SharedStorage
+        # Recorded at trace time for the budget checks (compile.py, tests).
+        self.smem_bytes = SharedStorage.size_in_bytes()
+        self.tx_bytes = ab_stage_bytes
 
         tiles_m = scheduler.ceil_div(m, self.tile_mnk[0])
         tiles_n = scheduler.ceil_div(n, self.tile_mnk[1])
@@ -243,7 +246,7 @@ class Sm90Gemm:
             storage.ring_barriers.data_ptr(),
             self.num_stages,
             ab_stage_bytes,
-            consumer_arrivals(self.consumer_wgs * hardware.WARPS_PER_WARPGROUP, cm, cn),
+            empty_arrivals(cm, cn, 1, self.consumer_wgs * hardware.WARPS_PER_WARPGROUP),
         )
         if warp == 0:
             ring.init()
@@ -305,35 +308,25 @@ class Sm90Gemm:
             tma_b, cta_m, cute.make_layout(cm), cute.group_modes(sB, 0, 2), cute.group_modes(gB, 0, 2)
         )
 
-        policy = self.lookahead
         count = Int32(0)  # k-blocks handed to the ring so far, across all tiles
         token = Boolean(False)
-        if cutlass.const_expr(policy == cfg.Lookahead.BEFORE_COPY):
+        if cutlass.const_expr(self.lookahead == cfg.Lookahead.BEFORE_COPY):
             token = ring.producer_try_acquire(count)
 
         total_work = clusters_m * clusters_n * batches
         work = cluster_id
         while work < total_work:
             tile_m, tile_n, batch = self.tile_of(work, sched)
-            for kb in cutlass.range(k_blocks, unroll=1):
-                if cutlass.const_expr(policy == cfg.Lookahead.NONE):
-                    token = Boolean(False)
-                ring.producer_acquire(count, token)
-                full = ring.full_barrier(count)
-                slot = stages.stage_index(count, self.num_stages)
-                count += 1
-                if cutlass.const_expr(policy == cfg.Lookahead.BEFORE_COPY):
-                    # Probe the next slot now: its answer is needed only one iteration
-                    # later, so the try_wait overlaps the copies issued below.
-                    token = ring.producer_try_acquire(count)
+
+            def issue_copies(kb, slot, full):
                 cute.copy(tma_a, tAgA[(None, tile_m, kb, batch)], tAsA[(None, slot)],
                           tma_bar_ptr=full, mcast_mask=a_mask)
                 cute.copy(tma_b, tBgB[(None, tile_n, kb, batch)], tBsB[(None, slot)],
                           tma_bar_ptr=full, mcast_mask=b_mask)
-                if cutlass.const_expr(policy == cfg.Lookahead.AFTER_COPY):
-                    token = Boolean(False)
-                    if kb + 1 < k_blocks:
-                        token = ring.producer_try_acquire(count)
+
+            count, token = produce_k_blocks(
+                ring, count, token, k_blocks, self.lookahead, Boolean(True), issue_copies
+            )
             work += num_clusters
         ring.producer_tail(count)
 
@@ -347,13 +340,11 @@ class Sm90Gemm:
         consumer_tidx = tidx - hardware.THREADS_PER_WARPGROUP
         consumer_wg = consumer_tidx // hardware.THREADS_PER_WARPGROUP
 
-        # Which cluster CTA this lane releases slots to: lane i -> CTA rank i, if that
-        # CTA multicasts into this one (same cluster row or column).
+        # Lane i of each consumer warp releases the slot of cluster CTA i, if that CTA
+        # multicasts into this one.
+        mask = release_mask(cta_m, cta_n, cm, cn)
         lane = cute.arch.lane_idx()
-        peer_rank = lane % (cm * cn)
-        peer_m = peer_rank % cm
-        peer_n = peer_rank // cm
-        signals = lane < cm * cn and (peer_m == cta_m or peer_n == cta_n)
+        lane_signals = lane < cm * cn and ((mask >> lane) & 1) == 1
 
         thr_mma = tiled_mma.get_slice(consumer_wg * hardware.THREADS_PER_WARPGROUP)
         tCsA = thr_mma.partition_A(sA)
@@ -403,11 +394,11 @@ class Sm90Gemm:
                 cute.nvgpu.warpgroup.commit_group()
                 cute.nvgpu.warpgroup.wait_group(1)
                 if kb > 0:
-                    ring.consumer_release(read - 1, signals, peer_rank, cm * cn > 1)
+                    ring.warp_release(read - 1, lane_signals, cm * cn > 1)
                 read += 1
             cute.nvgpu.warpgroup.wait_group(0)
             if k_blocks > 0:
-                ring.consumer_release(read - 1, signals, peer_rank, cm * cn > 1)
+                ring.warp_release(read - 1, lane_signals, cm * cn > 1)
 
             # ---- epilogue: registers -> smem -> TMA store, one sub-tile at a time ----
             gD_tile = gD[(None, None, tile_m, tile_n, batch)]

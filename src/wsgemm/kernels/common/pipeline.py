@@ -1,17 +1,22 @@
-"""The mbarrier ring between a TMA producer and its consumers, as device code.
+"""The mbarrier rings between warp roles, as device code, and the producer loop that
+both kernels run.
 
 ``SmemRing`` holds ``num_stages`` pairs of mbarriers in shared memory:
 
-* ``full[s]``  -- expected arrivals: 1 (the producer's ``arrive.expect_tx``), plus the
-  stage's byte count as transactions that the TMA copies complete. A consumer waits
-  on it before reading stage ``s``.
-* ``empty[s]`` -- expected arrivals: ``consumer_arrivals`` (one per consumer warp per
-  CTA that reads what this CTA's copies write; see :func:`consumer_arrivals`). The
-  producer waits on it before overwriting stage ``s``.
+* ``full[s]``  -- one arrival (the producer's ``arrive.expect_tx``) plus the stage's
+  byte count as transactions that the TMA copies complete. Consumers wait on it.
+* ``empty[s]`` -- ``consumer_arrivals`` arrivals per phase: on SM90 one per consumer
+  warp of every CTA that reads what this CTA's copies write; on SM100 one
+  ``tcgen05.commit`` per MMA that read them. The producer waits on it.
+
+``AccRing`` is the SM100 accumulator pipeline between the MMA warp and the epilogue
+warps, over ``acc_stages`` tensor-memory buffers, with the same two-barrier shape.
 
 Which slot and which parity a hand-over uses come from the pure functions in
 :mod:`.stages`, shared with the CPU pipeline model. Roles keep plain ``Int32``
-counters; nothing here owns loop state.
+counters; nothing here owns loop state. Which CTAs a release must reach comes from
+:func:`release_mask`, which the host-side protocol check (:mod:`.protocol`)
+enumerates with plain ints.
 """
 
 from __future__ import annotations
@@ -20,18 +25,38 @@ import cutlass
 import cutlass.cute as cute
 from cutlass import Boolean, Int32
 
+from ...config import Lookahead
 from . import stages
 
 
-def consumer_arrivals(consumer_warps: int, cluster_m: int, cluster_n: int) -> int:
-    """Arrivals that complete one phase of an ``empty`` barrier (SM90 ring).
+def release_mask(cta_m, cta_n, cluster_m: int, cluster_n: int, pair: int = 1):
+    """Cluster CTAs (as a bit mask of ranks ``m + n * cluster_m``) whose ring slots a
+    consumer of CTA (cta_m, cta_n) must release.
 
-    With multicast, CTA (m, n) writes its slice of A into every CTA of cluster row m
-    and its slice of B into every CTA of cluster column n, so it may refill a stage
-    only after all of them have released it: ``cluster_m + cluster_n - 1`` CTAs,
-    each releasing once per consumer warp.
+    A is multicast along cluster rows and B along cluster columns, so the data this
+    consumer read came from its own row(s) and its own column. With a 2-CTA MMA
+    (``pair == 2``) the MMA of a CTA pair reads both CTAs' shared memory, so both
+    rows of the pair count. Plain integer arithmetic: runs on ints and DSL values.
     """
-    return consumer_warps * (cluster_m + cluster_n - 1)
+    first_row = (cta_m // pair) * pair
+    mask = 0
+    for v in range(pair):
+        for n in range(cluster_n):
+            mask = mask | (1 << (first_row + v + n * cluster_m))
+    for m in range(cluster_m):
+        mask = mask | (1 << (m + cta_n * cluster_m))
+    return mask
+
+
+def empty_arrivals(cluster_m: int, cluster_n: int, pair: int, arrivals_per_release: int) -> int:
+    """Arrivals that complete one phase of an ``empty`` barrier.
+
+    CTA (m, n) is released by every MMA group whose :func:`release_mask` contains it:
+    the ``cluster_n`` groups of its row plus the ``cluster_m / pair`` groups of its
+    column, minus its own, counted twice. SM90: each consumer warp releases
+    (``arrivals_per_release`` = consumer warps); SM100: one ``tcgen05.commit``.
+    """
+    return (cluster_n + cluster_m // pair - 1) * arrivals_per_release
 
 
 class SmemRing:
@@ -50,12 +75,12 @@ class SmemRing:
         return [self.full_base]
 
     def __new_from_mlir_values__(self, values):
-        return SmemRing(values[0], self.num_stages, self.tx_bytes, self.consumer_arrivals)
+        return type(self)(values[0], self.num_stages, self.tx_bytes, self.consumer_arrivals)
 
     # -- set-up ---------------------------------------------------------------------
 
     def init(self):
-        """Called by every thread of warp 0; one elected thread initialises."""
+        """Called by every thread of one warp; one elected thread initialises."""
         with cute.arch.elect_one():
             for s in range(self.num_stages):
                 cute.arch.mbarrier_init(self.full_base + s, 1)
@@ -66,6 +91,9 @@ class SmemRing:
     def full_barrier(self, count):
         return self.full_base + stages.stage_index(count, self.num_stages)
 
+    def empty_barrier(self, count):
+        return self.empty_base + stages.stage_index(count, self.num_stages)
+
     def producer_try_acquire(self, count) -> Boolean:
         """Probe, without blocking for long, whether slot ``count`` may be refilled.
 
@@ -73,21 +101,24 @@ class SmemRing:
         hardware time limit; the answer is a token for :meth:`producer_acquire`.
         """
         return cute.arch.mbarrier_try_wait(
-            self.empty_base + stages.stage_index(count, self.num_stages),
-            stages.empty_wait_parity(count, self.num_stages),
+            self.empty_barrier(count), stages.empty_wait_parity(count, self.num_stages)
         )
 
     @cute.jit
-    def producer_acquire(self, count, token: Boolean):
+    def producer_acquire(self, count, token: Boolean, announces_bytes: Boolean):
         """Wait until slot ``count`` is empty (unless ``token`` says it already is),
-        then announce the bytes its TMA copies will deliver to ``full``."""
+        then announce the bytes its TMA copies will deliver to ``full``.
+
+        With a 2-CTA MMA only the leader CTA of the pair announces (the peer's copies
+        complete on the leader's barrier), so ``announces_bytes`` is false there.
+        """
         if not token:
             cute.arch.mbarrier_wait(
-                self.empty_base + stages.stage_index(count, self.num_stages),
-                stages.empty_wait_parity(count, self.num_stages),
+                self.empty_barrier(count), stages.empty_wait_parity(count, self.num_stages)
             )
-        with cute.arch.elect_one():
-            cute.arch.mbarrier_arrive_and_expect_tx(self.full_barrier(count), self.tx_bytes)
+        if announces_bytes:
+            with cute.arch.elect_one():
+                cute.arch.mbarrier_arrive_and_expect_tx(self.full_barrier(count), self.tx_bytes)
 
     @cute.jit
     def producer_tail(self, count):
@@ -99,8 +130,7 @@ class SmemRing:
         """
         for i in cutlass.range_constexpr(self.num_stages):
             cute.arch.mbarrier_wait(
-                self.empty_base + stages.stage_index(count + i, self.num_stages),
-                stages.empty_wait_parity(count + i, self.num_stages),
+                self.empty_barrier(count + i), stages.empty_wait_parity(count + i, self.num_stages)
             )
 
     # -- consumer side ----------------------------------------------------------------
@@ -118,16 +148,129 @@ class SmemRing:
             )
 
     @cute.jit
-    def consumer_release(self, count, signals: Boolean, peer_rank: Int32, is_cluster: cutlass.Constexpr):
-        """One arrival on ``empty[slot]`` of CTA ``peer_rank`` from each signalling lane.
+    def warp_release(self, count, lane_signals: Boolean, is_cluster: cutlass.Constexpr):
+        """SM90: one arrival on ``empty[slot]`` of cluster CTA ``lane`` per signalling lane.
 
         Each consumer warp calls this with all its lanes; lane i signals cluster CTA i
-        when that CTA multicasts into this one (``signals``), so one warp instruction
-        releases the slot everywhere it has to.
+        when CTA i is in this CTA's :func:`release_mask` (``lane_signals``), so one
+        warp instruction releases the slot everywhere it has to.
         """
-        slot = self.empty_base + stages.stage_index(count, self.num_stages)
-        if signals:
+        if lane_signals:
             if cutlass.const_expr(is_cluster):
-                cute.arch.mbarrier_arrive(slot, peer_rank)
+                cute.arch.mbarrier_arrive(self.empty_barrier(count), cute.arch.lane_idx())
             else:
-                cute.arch.mbarrier_arrive(slot)
+                cute.arch.mbarrier_arrive(self.empty_barrier(count))
+
+    def mma_release(self, count, mask, cta_group):
+        """SM100: ``tcgen05.commit`` -- arrive on ``empty[slot]`` of every CTA in
+        ``mask`` once the MMAs issued so far (which read the slot) have completed."""
+        with cute.arch.elect_one():
+            if mask is None:
+                cute.nvgpu.tcgen05.commit(self.empty_barrier(count))
+            else:
+                cute.nvgpu.tcgen05.commit(self.empty_barrier(count), mask, cta_group)
+
+
+@cute.jit
+def produce_k_blocks(ring: SmemRing, count: Int32, token: Boolean, k_blocks: Int32,
+                     policy: cutlass.Constexpr, announces_bytes: Boolean, issue_copies: cutlass.Constexpr):
+    """The TMA producer's k-loop for one output tile, shared by the SM90 and SM100 kernels.
+
+    For each k-block: acquire slot ``count`` (blocking only if ``token`` says it is not
+    known to be empty), then ``issue_copies(kb, slot, full_barrier)``. ``policy``
+    places the probe of the *next* slot: before the copies (``BEFORE_COPY``, CUTLASS's
+    ``load()`` order), after them except on the last k-block (``AFTER_COPY``), or
+    nowhere (``NONE``). Returns the advanced counter and the token for the next tile.
+    """
+    for kb in cutlass.range(k_blocks, unroll=1):
+        if cutlass.const_expr(policy == Lookahead.NONE):
+            token = Boolean(False)
+        ring.producer_acquire(count, token, announces_bytes)
+        full = ring.full_barrier(count)
+        slot = stages.stage_index(count, ring.num_stages)
+        count += 1
+        if cutlass.const_expr(policy == Lookahead.BEFORE_COPY):
+            # The probe's answer is needed one iteration later, so this try_wait
+            # overlaps the copies issued below instead of stalling in front of them.
+            token = ring.producer_try_acquire(count)
+        issue_copies(kb, slot, full)
+        if cutlass.const_expr(policy == Lookahead.AFTER_COPY):
+            token = Boolean(False)
+            if kb + 1 < k_blocks:
+                token = ring.producer_try_acquire(count)
+    return count, token
+
+
+class AccRing:
+    """SM100 accumulator pipeline: ``acc_stages`` tensor-memory buffers between the MMA
+    warp (producer) and the epilogue warps (consumers).
+
+    * ``acc_full[b]``  -- 1 arrival: the MMA warp's ``tcgen05.commit`` after a tile's
+      last k-block (multicast to both CTAs of a 2-CTA pair).
+    * ``acc_empty[b]`` -- ``epilogue_arrivals`` arrivals: one per epilogue warp of each
+      CTA whose accumulators the MMA wrote, on the pair leader's barrier.
+    """
+
+    def __init__(self, barrier_ptr, num_stages: int, epilogue_arrivals: int):
+        self.full_base = barrier_ptr
+        self.empty_base = barrier_ptr + num_stages
+        self.num_stages = num_stages
+        self.epilogue_arrivals = epilogue_arrivals
+
+    def __extract_mlir_values__(self):
+        return [self.full_base]
+
+    def __new_from_mlir_values__(self, values):
+        return AccRing(values[0], self.num_stages, self.epilogue_arrivals)
+
+    def init(self):
+        with cute.arch.elect_one():
+            for b in range(self.num_stages):
+                cute.arch.mbarrier_init(self.full_base + b, 1)
+                cute.arch.mbarrier_init(self.empty_base + b, self.epilogue_arrivals)
+
+    def buffer(self, count):
+        return stages.stage_index(count, self.num_stages)
+
+    @cute.jit
+    def mma_acquire(self, count):
+        """MMA warp: wait until the epilogue drained buffer ``count`` (passes on lap 0)."""
+        cute.arch.mbarrier_wait(
+            self.empty_base + self.buffer(count), stages.empty_wait_parity(count, self.num_stages)
+        )
+        # Order the epilogue's tensor-memory reads before the MMAs that overwrite them.
+        cute.arch.inline_ptx("tcgen05.fence::after_thread_sync;")
+
+    def mma_commit(self, count, mask, cta_group):
+        with cute.arch.elect_one():
+            if mask is None:
+                cute.nvgpu.tcgen05.commit(self.full_base + self.buffer(count))
+            else:
+                cute.nvgpu.tcgen05.commit(self.full_base + self.buffer(count), mask, cta_group)
+
+    @cute.jit
+    def epilogue_wait(self, count):
+        cute.arch.mbarrier_wait(
+            self.full_base + self.buffer(count), stages.full_wait_parity(count, self.num_stages)
+        )
+        cute.arch.inline_ptx("tcgen05.fence::after_thread_sync;")
+
+    @cute.jit
+    def epilogue_release(self, count, leader_rank, is_cluster: cutlass.Constexpr):
+        """One arrival per epilogue warp, after its tensor-memory loads completed."""
+        cute.arch.fence_view_async_tmem_load()  # tcgen05.wait::ld: the loads are done
+        cute.arch.inline_ptx("tcgen05.fence::before_thread_sync;")
+        with cute.arch.elect_one():
+            if cutlass.const_expr(is_cluster):
+                cute.arch.mbarrier_arrive(self.empty_base + self.buffer(count), leader_rank)
+            else:
+                cute.arch.mbarrier_arrive(self.empty_base + self.buffer(count))
+
+    @cute.jit
+    def mma_tail(self, count):
+        """MMA warp, before exit: every buffer drained once more."""
+        for i in cutlass.range_constexpr(self.num_stages):
+            cute.arch.mbarrier_wait(
+                self.empty_base + self.buffer(count + i),
+                stages.empty_wait_parity(count + i, self.num_stages),
+            )

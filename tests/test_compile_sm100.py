@@ -1,0 +1,113 @@
+"""Compile-only verification of the SM100 (Blackwell) kernel. No Blackwell GPU is
+available to this project: these checks -- it builds for sm_100a over dtypes, majors,
+tiles, clusters, the 2-CTA MMA and look-ahead policies; its PTX has the tcgen05/TMA
+structure the design promises; its budgets hold -- are all the verification it has."""
+
+import itertools
+
+import pytest
+
+from wsgemm import ConfigError, GemmConfig, Lookahead
+from wsgemm import config as cfg
+from wsgemm import hardware
+from wsgemm.compile import compile_spec
+from wsgemm.inspection import count_instructions, cubin_resources, producer_probe_precedes_copies
+
+MAJORS = [(a, b, d) for a, b, d in itertools.product("km", "kn", "nm")]
+
+
+def build(ab="bf16", out="bf16", majors=("k", "k", "n"), config=None):
+    spec = cfg.make_spec("sm100", ab, out, *majors, config or GemmConfig())
+    return spec, compile_spec(spec, keep_artifacts=True)
+
+
+def assert_sm100_structure(spec, compiled):
+    ptx = compiled.ptx
+    counts = count_instructions(ptx)
+    for instruction in ("tcgen05.mma", "tcgen05.alloc", "tcgen05.dealloc", "tcgen05.ld", "tcgen05.commit"):
+        assert counts[instruction] >= 1, f"{instruction} missing"
+    assert counts["tcgen05.alloc"] == counts["tcgen05.dealloc"] == 1
+    assert counts["mbarrier::complete_tx"] >= 2  # A and B loads complete on the full barrier
+    assert ".global.shared::cta.tile.bulk_group" in ptx  # the TMA store of D
+    assert "tcgen05.fence::before_thread_sync" in ptx and "tcgen05.fence::after_thread_sync" in ptx
+    group = "cta_group::2" if spec.config.two_cta else "cta_group::1"
+    assert f"tcgen05.mma.{group}" in ptx
+    # Budgets: shared memory as allocated by the kernel, tensor memory, registers.
+    budget = cfg.smem_budget(spec)
+    assert compiled.extra["smem_bytes"] <= budget.total_bytes <= hardware.SM100.smem_per_cta_bytes
+    assert compiled.extra["tx_bytes"] == budget.stage_bytes * cfg.cta_pair(spec.config)
+    cols = cfg.tmem_columns(spec)
+    assert 32 <= cols <= 512 and cols & (cols - 1) == 0
+    assert f"tcgen05.alloc.{group}.sync.aligned.shared::cta.b32" in ptx
+    (res,) = cubin_resources(compiled.cubin_path)
+    assert res.stack_frame_bytes == 0, "local memory in use: spills"
+    assert res.registers * 192 <= 65536
+
+
+@pytest.mark.parametrize("ab, out", [("bf16", "bf16"), ("fp16", "fp16"), ("bf16", "fp32"), ("fp16", "fp32")])
+@pytest.mark.parametrize("majors", MAJORS, ids=["".join(m) for m in MAJORS])
+def test_dtypes_and_majors_compile(ab, out, majors):
+    spec, compiled = build(ab, out, majors)
+    assert_sm100_structure(spec, compiled)
+    assert "kind::f16" in compiled.ptx
+
+
+@pytest.mark.parametrize(
+    "config",
+    [
+        GemmConfig(tile_n=64),
+        GemmConfig(tile_n=128, acc_stages=4),
+        GemmConfig(tile_n=192),
+        GemmConfig(cluster_m=2),
+        GemmConfig(cluster_n=2),
+        GemmConfig(cluster_m=2, cluster_n=2),
+        GemmConfig(cluster_m=2, two_cta=True),
+        GemmConfig(cluster_m=2, cluster_n=2, two_cta=True),
+        GemmConfig(cluster_m=2, two_cta=True, tile_n=128),
+        GemmConfig(acc_stages=1, stages=3, epi_stages=1),
+        GemmConfig(raster="along_n", swizzle=4),
+    ],
+    ids=lambda c: c.short(),
+)
+def test_tiles_clusters_and_two_cta_compile(config):
+    spec, compiled = build(config=config)
+    assert_sm100_structure(spec, compiled)
+    ptx = compiled.ptx
+    if config.cluster_size > 1:
+        assert "barrier.cluster" in ptx
+        # Slot releases reach the CTAs that fed the MMA: a multicast commit.
+        assert "tcgen05.commit" in ptx and ".multicast::cluster" in ptx
+    if config.two_cta:
+        # Each CTA of the pair loads its half; the copies complete on the leader's barrier.
+        assert "complete_tx::bytes" in ptx and ".cta_group::2" in ptx
+
+
+def test_default_policy_probes_the_next_stage_before_the_copies():
+    _, compiled = build(config=GemmConfig(lookahead=Lookahead.BEFORE_COPY))
+    assert producer_probe_precedes_copies(compiled.ptx)
+
+
+@pytest.mark.parametrize("policy", [Lookahead.AFTER_COPY, Lookahead.NONE])
+def test_other_policies_compile_and_move_the_probe(policy):
+    spec, compiled = build(config=GemmConfig(lookahead=policy))
+    assert_sm100_structure(spec, compiled)
+    assert not producer_probe_precedes_copies(compiled.ptx)
+
+
+def test_tensor_memory_over_budget_is_refused_before_compiling():
+    with pytest.raises(ConfigError, match=r"4 accumulator buffers of 256 fp32 columns need 1024 tensor-memory columns; an SM has 512"):
+        cfg.make_spec("sm100", "bf16", "bf16", "k", "k", "n", GemmConfig(acc_stages=4))
+
+
+@pytest.mark.parametrize(
+    "config, message",
+    [
+        (GemmConfig(tile_m=64), r"tile_m=64 is not supported; choose one of \[128\]"),
+        (GemmConfig(two_cta=True), r"two_cta pairs CTAs along M, so cluster_m must be even"),
+        (GemmConfig(acc_stages=0), r"acc_stages=0 must be between 1 and 4"),
+        (GemmConfig(tile_n=96), r"tile_n=96 is not supported"),
+    ],
+)
+def test_invalid_sm100_configs(config, message):
+    with pytest.raises(ConfigError, match=message):
+        cfg.make_spec("sm100", "bf16", "bf16", "k", "k", "n", config)

@@ -1,0 +1,75 @@
+"""The host-side barrier protocol check: initial counts equal the arrivals issued."""
+
+import itertools
+
+import pytest
+
+from wsgemm import ConfigError, GemmConfig
+from wsgemm import config as cfg
+from wsgemm.kernels.common import protocol
+from wsgemm.kernels.common.pipeline import empty_arrivals, release_mask
+
+
+def test_release_mask_covers_row_and_column():
+    # 2x2 cluster, ranks m + 2n: CTA (0, 0) is fed by its row {0, 2} and column {0, 1}.
+    assert release_mask(0, 0, 2, 2) == 0b0111
+    assert release_mask(1, 1, 2, 2) == 0b1110
+    assert release_mask(0, 0, 1, 1) == 0b1
+
+
+def test_release_mask_of_a_cta_pair_covers_both_rows():
+    # 2-CTA pair (rows 0 and 1) in a 2x2 cluster: both rows plus its column.
+    assert release_mask(0, 1, 2, 2, pair=2) == 0b1111
+    assert release_mask(0, 0, 2, 1, pair=2) == 0b11
+
+
+CLUSTERS = [(1, 1), (2, 1), (1, 2), (2, 2)]
+
+
+@pytest.mark.parametrize("cm, cn", CLUSTERS)
+@pytest.mark.parametrize("tile_m", [64, 128])
+def test_sm90_counts_match(cm, cn, tile_m):
+    spec = cfg.make_spec("sm90", "bf16", "bf16", "k", "k", "n", GemmConfig(tile_m=tile_m, cluster_m=cm, cluster_n=cn))
+    counts = protocol.sm90_counts(spec)
+    assert counts and all(c.ok for c in counts)
+    warps = 4 * (tile_m // 64)
+    assert {c.initialised for c in counts if c.barrier.startswith("empty")} == {warps * (cm + cn - 1)}
+
+
+@pytest.mark.parametrize("cm, cn, two_cta", [(1, 1, False), (2, 1, False), (1, 2, False), (2, 2, False),
+                                            (2, 1, True), (2, 2, True)])
+def test_sm100_counts_match(cm, cn, two_cta):
+    spec = cfg.make_spec("sm100", "bf16", "bf16", "k", "k", "n",
+                         GemmConfig(cluster_m=cm, cluster_n=cn, two_cta=two_cta))
+    counts = protocol.sm100_counts(spec)
+    assert counts and all(c.ok for c in counts)
+    pair = 2 if two_cta else 1
+    assert {c.initialised for c in counts if c.barrier.startswith("acc_empty")} == {4 * pair}
+
+
+@pytest.mark.parametrize("arch", ["sm90", "sm100"])
+@pytest.mark.parametrize("delta", [-1, 1])
+def test_an_off_by_one_count_is_caught(arch, delta):
+    spec = cfg.make_spec(arch, "bf16", "bf16", "k", "k", "n", GemmConfig(cluster_m=2, cluster_n=2))
+    right = next(c.initialised for c in protocol.barrier_counts(spec) if c.barrier.startswith("empty"))
+    counts_fn = protocol.sm90_counts if arch == "sm90" else protocol.sm100_counts
+    wrong = counts_fn(spec, init_empty=right + delta)
+    with pytest.raises(ConfigError, match=r"barrier arrival counts do not match \(this would hang or race"):
+        protocol.check_barrier_protocol(spec, wrong)
+
+
+def test_a_wrong_accumulator_count_is_caught():
+    spec = cfg.make_spec("sm100", "bf16", "bf16", "k", "k", "n", GemmConfig(cluster_m=2, two_cta=True))
+    with pytest.raises(ConfigError, match=r"acc_empty\[b\] of CTA \(0, 0\): initialised 4, 8 arrivals issued"):
+        protocol.check_barrier_protocol(spec, protocol.sm100_counts(spec, init_acc_empty=4))
+
+
+def test_formula_agrees_with_enumeration_everywhere():
+    for cm, cn, pair in itertools.product((1, 2, 4), (1, 2, 4), (1, 2)):
+        if cm % pair:
+            continue
+        for m, n in itertools.product(range(cm), range(cn)):
+            me = 1 << (m + n * cm)
+            issued = sum(1 for lm in range(0, cm, pair) for ln in range(cn)
+                         if release_mask(lm, ln, cm, cn, pair) & me)
+            assert issued == empty_arrivals(cm, cn, pair, 1)
