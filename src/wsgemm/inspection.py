@@ -124,21 +124,20 @@ def cubin_resources(path: str | Path) -> list[KernelResources]:
 # --------------------------------------------------------------------------------------
 
 def find_nvdisasm() -> str | None:
-    """``nvdisasm`` from PATH, a CUDA toolkit, or the DSL's optional ``sass`` extra."""
+    """``nvdisasm`` from PATH, a CUDA toolkit, or the ``nvidia-cuda-nvdisasm`` wheel
+    (``pip install wsgemm[sass]``), which installs under ``site-packages/nvidia/*/bin``."""
     found = shutil.which("nvdisasm")
     if found:
         return found
-    for candidate in ("/usr/local/cuda/bin/nvdisasm",):
-        if Path(candidate).exists():
-            return candidate
+    candidates = [Path("/usr/local/cuda/bin/nvdisasm")]
     try:
-        import nvidia.cuda_nvdisasm as pkg  # type: ignore
+        import nvidia  # namespace package of NVIDIA's CUDA wheels
 
-        for p in Path(pkg.__path__[0]).rglob("nvdisasm"):
-            return str(p)
-    except Exception:
+        for root in nvidia.__path__:
+            candidates += sorted(Path(root).glob("*/bin/nvdisasm"))
+    except ImportError:
         pass
-    return None
+    return next((str(p) for p in candidates if p.exists()), None)
 
 
 def disassemble(cubin: str | Path) -> str | None:
@@ -167,3 +166,94 @@ def producer_probe_precedes_copies(ptx: str) -> bool:
         if probe and copy and probe.start() < copy.start():
             return True
     return False
+
+
+# --------------------------------------------------------------------------------------
+# The producer's k-loop, for the look-ahead evidence (python -m wsgemm lookahead)
+# --------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class LoopExcerpt:
+    """The producer k-loop of one kernel, as the compiler emitted it."""
+
+    lines: list[str]  # the excerpt, from the slot acquire to the back-edge
+    events: list[tuple[int, str]]  # (line index in ``lines``, what happens there)
+
+
+# What marks each step of the producer loop, in PTX and in SASS.
+_PTX_MARKS = {
+    "load": r"cp\.async\.bulk\.tensor\S*shared::\S*global\S*mbarrier::complete_tx",
+    "announce": r"mbarrier\.arrive\.expect_tx",
+    "probe": r"mbarrier\.try_wait\.parity\S*\s+(%p\d+),",
+}
+_SASS_MARKS = {
+    "load": r"UTMALDG",
+    "announce": r"SYNCS\.ARRIVE\.TRANS64(?!\.ART0)",
+    "probe": r"SYNCS\.PHASECHK\.TRANS64\.TRYWAIT\s+(P\d+),",
+}
+
+
+def _label_of(line: str) -> str | None:
+    match = re.match(r"\s*(\$?[.\w]+):", line)
+    return match.group(1) if match else None
+
+
+def _back_edge(lines: list[str], first: int, last: int) -> tuple[int, int] | None:
+    """(loop head line, branch line) of the first branch after ``last`` that jumps
+    back to a label at or before ``first``: the k-loop around the copies."""
+    labels = {_label_of(line): i for i, line in enumerate(lines) if _label_of(line)}
+    for i in range(last, min(len(lines), last + 80)):
+        target = re.search(r"\bbra(?:\.uni)?\s+\(?`?\(?(\$?[.\w]+)|\bBRA\S*\s+(?:U?P\w+,\s*)?`\((\.?\w+)\)", lines[i])
+        if target:
+            label = target.group(1) or target.group(2)
+            if label in labels and labels[label] <= first:
+                return labels[label], i
+    return None
+
+
+def _producer_loop(lines: list[str], marks: dict) -> LoopExcerpt | None:
+    loads = [i for i, line in enumerate(lines) if re.search(marks["load"], line)]
+    if not loads:
+        return None
+    first, last = loads[0], loads[-1]
+    loop = _back_edge(lines, first, last)
+    start, end = (loop[0], loop[1] + 1) if loop else (max(0, first - 30), last + 25)
+    excerpt = lines[start:end]
+    events = []
+    probe_preds = []
+    for i, line in enumerate(excerpt):
+        probe = re.search(marks["probe"], line)
+        if re.search(marks["announce"], line):
+            events.append((i, "announce: arrive.expect_tx of this stage's bytes"))
+        elif re.search(marks["load"], line):
+            events.append((i, "copy: TMA load into the current stage"))
+        elif probe and any(text.startswith("announce") for _, text in events):
+            probe_preds.append((i, probe.group(1)))
+            events.append((i, f"probe: try_wait on the next slot's empty barrier -> {probe.group(1)}"))
+    for probe_line, pred in probe_preds:
+        # The probe's answer is read where the next acquire decides whether to wait:
+        # later in this iteration or, wrapping around, at the top of the next.
+        pattern = re.compile(rf"(?<![\w%]){re.escape(pred)}(?!\d)")
+        order = list(range(probe_line + 1, len(excerpt))) + list(range(0, probe_line))
+        use = next((i for i in order if pattern.search(excerpt[i])), None)
+        if use is not None:
+            events.append((use, f"read: first use of {pred}, deciding whether the next acquire waits"))
+    events.sort()
+    return LoopExcerpt(excerpt, events)
+
+
+def producer_loop_ptx(ptx: str) -> LoopExcerpt | None:
+    return _producer_loop(ptx.splitlines(), _PTX_MARKS)
+
+
+def producer_loop_sass(sass: str) -> LoopExcerpt | None:
+    return _producer_loop(sass.splitlines(), _SASS_MARKS)
+
+
+def format_excerpt(excerpt: LoopExcerpt, width: int = 110) -> str:
+    notes = dict(excerpt.events)
+    out = []
+    for i, line in enumerate(excerpt.lines):
+        text = line.strip()[:width]
+        out.append(f"{text:<{width}}" + (f"  <-- {notes[i]}" if i in notes else ""))
+    return "\n".join(out)

@@ -1,0 +1,332 @@
+"""Benchmark suites side by side: wsgemm, torch.matmul (cuBLAS), Triton, QuACK.
+
+    python benchmarks/suite.py --suite quick
+    python benchmarks/suite.py --suite llm --suite decode --time-budget 900
+
+Suites are defined in ``shapes.py``. All implementations run in one process on the
+same inputs. Protocol (``bench_gemm.py``'s, whose helpers this reuses): random normal
+inputs; each output is checked against a float32 reference before it is timed (a
+wrong or failing implementation is reported, not timed); warm-up; ``--reps`` rounds
+in which the implementations take turns, each run timed with CUDA events and
+preceded by a 512 MiB write that evicts L2; median and p10/p90. Problems whose
+fastest run is under ``--graph-below-us`` are timed again as CUDA-graph replays of
+back-to-back calls on rotating input copies, so neither launch overhead nor an
+L2-resident weight flatters anyone; each row records the method it reports.
+The roofline references are measured in the same run (cuBLAS on 8192^3 bf16) and
+taken from NVIDIA's datasheet.
+
+Writes ``<out>/<name>.json`` after every problem (a cut-short session keeps what it
+measured), then ``<name>.md`` and ``<name>.png`` (see ``plot.py``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import inspect
+import json
+import math
+import shlex
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_gemm import DTYPES, environment, gpu_state, summarize, time_interleaved  # noqa: E402
+
+import plot  # noqa: E402
+import shapes  # noqa: E402
+import triton_matmul  # noqa: E402
+import wsgemm  # noqa: E402  (bench_gemm put src/ on the path)
+
+TOLERANCE = {"bf16": 1e-2, "fp16": 2e-3}  # relative Frobenius error vs fp32, as bench_gemm.py
+FLUSH_BYTES = 512 * 1024 * 1024  # as bench_gemm.py: several times the 50-60 MB L2 of an H100/H200
+IMPLEMENTATIONS = ("wsgemm", "torch.matmul", "triton", "quack")
+PEAK_SIZE = 8192  # the "measured peak": cuBLAS on a bf16 cube large enough to saturate the GPU
+
+# Dense BF16 tensor-core peak in TFLOP/s. NVIDIA H100 Tensor Core GPU datasheet (H100
+# SXM) and NVIDIA H200 Tensor Core GPU datasheet (H200 SXM, same SMs and clocks):
+# "BF16 Tensor Core 1,979 teraFLOPS" with sparsity; dense is half, 989.4 in the H100
+# architecture whitepaper (132 SMs x 4096 dense BF16 FLOP/clock x 1.83 GHz boost).
+# Other parts (PCIe, NVL) run lower clocks and power and are left out, not guessed.
+DATASHEET_BF16_DENSE_TFLOPS = {"H100 SXM": 989.4, "H200 SXM": 989.4}
+DATASHEET_SOURCE = "NVIDIA H100 / H200 Tensor Core GPU datasheets, dense BF16 = sparse 1,979 / 2"
+
+
+def datasheet_peak(gpu_name: str) -> tuple[str | None, float | None]:
+    """(datasheet part, dense BF16 TFLOP/s) for a ``torch.cuda.get_device_name()``, or Nones.
+
+    torch names the SXM parts "NVIDIA H100 80GB HBM3" and "NVIDIA H200"; the PCIe
+    and NVL parts carry "PCIe"/"NVL" in their names."""
+    if "PCIe" in gpu_name or "NVL" in gpu_name:
+        return None, None
+    for part in DATASHEET_BF16_DENSE_TFLOPS:
+        if part.split()[0] in gpu_name:
+            return part, DATASHEET_BF16_DENSE_TFLOPS[part]
+    return None, None
+
+
+def graph_input_copies(operand_bytes: int, l2_bytes: int, calls: int) -> int:
+    """Input copies to rotate through in a graph of ``calls`` back-to-back GEMMs, so
+    that each call reads operands that the previous ones pushed out of L2 (twice the
+    L2 size between reuses), as in a model where each layer has its own weights."""
+    return max(1, min(calls, math.ceil(2 * l2_bytes / operand_bytes)))
+
+
+def make_operands(problem: shapes.Problem, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    lead = (problem.batch,) if problem.batch > 1 else ()
+    a = torch.randn(*lead, problem.m, problem.k, device="cuda", dtype=dtype)
+    if problem.layout == "b_weight_t":
+        b = torch.randn(*lead, problem.n, problem.k, device="cuda", dtype=dtype).mT
+    else:
+        b = torch.randn(*lead, problem.k, problem.n, device="cuda", dtype=dtype)
+    return a, b
+
+
+def quack_gemm(autotune: bool):
+    """QuACK's public GEMM entry point (``quack.gemm_interface.gemm``) as f(a, b),
+    and a note; (None, reason) when it cannot be imported."""
+    try:
+        import quack
+        from quack.gemm_interface import gemm
+    except ModuleNotFoundError as exc:
+        return None, f"not installed ({exc})"
+    except Exception as exc:  # e.g. built against another CuTe DSL version
+        return None, f"import failed: {type(exc).__name__}: {exc}"[:300]
+    version = getattr(quack, "__version__", "?")
+    if "tuned" not in inspect.signature(gemm).parameters:
+        return gemm, f"quack {version}, quack.gemm_interface.gemm (this version has no tuned= switch)"
+    # tuned=True compiles and times every config on each new shape (minutes per
+    # shape); tuned=False is QuACK's heuristic choice, as wsgemm's is.
+    note = "autotuned (tuned=True)" if autotune else "heuristic config (tuned=False)"
+    return (lambda a, b: gemm(a, b, tuned=autotune)), f"quack {version}, quack.gemm_interface.gemm, {note}"
+
+
+def build_implementations(wanted: list[str], quack_autotune: bool) -> tuple[dict, dict]:
+    """({name: f(a, b) -> d} of the implementations that can run, {name: {ran, detail}})."""
+    fns, info = {}, {}
+
+    def offer(name, fn, detail):
+        if name in wanted and fn is not None:
+            fns[name] = fn
+        ran = name in fns
+        info[name] = {"ran": ran, "detail": detail if ran or fn is None else f"skipped (--impls); {detail}"}
+
+    offer("wsgemm", wsgemm.gemm, f"wsgemm {wsgemm.__version__}, heuristic config")
+    offer("torch.matmul", torch.matmul, f"cuBLAS via torch {torch.__version__}, TF32 off")
+    if triton_matmul.available():
+        offer("triton", triton_matmul.matmul, "benchmarks/triton_matmul.py: persistent, TMA descriptors "
+              "where the layout allows (row 'kernel' in the JSON), autotuned over 4 configs")
+    else:
+        offer("triton", None, "not installed")
+    offer("quack", *quack_gemm(quack_autotune))
+    return fns, info
+
+
+def check(fn, a, b, ref, tol) -> dict:
+    try:
+        d = fn(a, b)
+        torch.cuda.synchronize()  # a kernel fault surfaces here, charged to this implementation
+    except Exception as exc:
+        return {"status": "error", "error": f"{type(exc).__name__}: {exc}"[:500]}
+    if d.shape != ref.shape:
+        return {"status": "wrong", "error": f"shape {tuple(d.shape)}, expected {tuple(ref.shape)}"}
+    err = ((d.float() - ref).norm() / ref.norm()).item()
+    return {"status": "ok" if err < tol else "wrong", "rel_error": err}
+
+
+def capture_graph(fn, operands: list, calls: int) -> torch.cuda.CUDAGraph:
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):  # a first call off the capture stream, as torch's graph docs ask
+        fn(*operands[0])
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for i in range(calls):
+            fn(*operands[i % len(operands)])
+    return graph
+
+
+def time_graphs(good: dict, problem, operands, args, flush) -> tuple[dict, dict]:
+    """({name: per-call timing summary from graph replays}, {name: capture error})."""
+    graphs, errors = {}, {}
+    for name, fn in good.items():
+        try:
+            graphs[name] = capture_graph(fn, operands, args.graph_calls)
+            graphs[name].replay()
+        except Exception as exc:
+            errors[name] = f"{type(exc).__name__}: {exc}"[:500]
+    torch.cuda.synchronize()
+    per_replay = time_interleaved({name: g.replay for name, g in graphs.items()}, args.reps, flush)
+    timed = {name: summarize([ms / args.graph_calls for ms in runs], problem.flops)
+             for name, runs in per_replay.items()}
+    return timed, errors
+
+
+def check_all(impls: dict, a, b, dtype_name: str) -> dict:
+    """{name: check result}; the float32 reference lives only as long as the checks."""
+    ref = torch.matmul(a.float(), b.float())
+    results = {}
+    for name, fn in impls.items():
+        results[name] = check(fn, a, b, ref, TOLERANCE[dtype_name])
+        if name == "triton":
+            results[name]["kernel"] = triton_matmul.kernel_for(a, b)
+    return results
+
+
+def run_problem(problem: shapes.Problem, impls: dict, args, flush, l2_bytes: int) -> dict:
+    dtype = DTYPES[args.dtype]
+    a, b = make_operands(problem, dtype)
+    results = check_all(impls, a, b, args.dtype)
+    row = {
+        "label": problem.label, "shape": problem.shape_text, "layout": problem.layout,
+        "m": problem.m, "n": problem.n, "k": problem.k, "batch": problem.batch,
+        "flops": problem.flops, "method": "events", "results": results,
+    }
+    good = {name: fn for name, fn in impls.items() if results[name]["status"] == "ok"}
+    if not good:
+        return row
+    for _ in range(args.warmup):
+        for fn in good.values():
+            fn(a, b)
+    runs = time_interleaved({name: (lambda fn=fn: fn(a, b)) for name, fn in good.items()}, args.reps, flush)
+    for name, ms in runs.items():
+        results[name].update(method="events", timings={"events": summarize(ms, problem.flops)})
+    fastest_us = 1000 * min(results[name]["timings"]["events"]["median_ms"] for name in good)
+    if args.graph == "never" or (args.graph == "auto" and fastest_us >= args.graph_below_us):
+        return row
+    operand_bytes = (a.numel() + b.numel()) * a.element_size()
+    copies = graph_input_copies(operand_bytes, l2_bytes, args.graph_calls)
+    operands = [(a, b)] + [make_operands(problem, dtype) for _ in range(copies - 1)]
+    timed, errors = time_graphs(good, problem, operands, args, flush)
+    row.update(method="cuda_graph", graph_input_copies=copies)
+    for name, summary in timed.items():
+        results[name]["timings"]["cuda_graph"] = summary
+        results[name]["method"] = "cuda_graph"
+    for name, error in errors.items():
+        results[name]["graph_error"] = error
+    return row
+
+
+def measure_peak(args, flush) -> dict:
+    a = torch.randn(PEAK_SIZE, PEAK_SIZE, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(PEAK_SIZE, PEAK_SIZE, device="cuda", dtype=torch.bfloat16)
+    for _ in range(args.warmup):
+        torch.matmul(a, b)
+    ms = time_interleaved({"peak": lambda: torch.matmul(a, b)}, args.reps, flush)["peak"]
+    measured = summarize(ms, 2.0 * PEAK_SIZE**3)
+    part, datasheet = datasheet_peak(torch.cuda.get_device_name())
+    return {
+        "measured_tflops": measured["tflops"],
+        "measured_what": f"torch.matmul (cuBLAS) {PEAK_SIZE}^3 bf16, median of {args.reps} runs",
+        "measured_timing": measured,
+        "datasheet_tflops": datasheet,
+        "datasheet_source": f"{part}: {DATASHEET_SOURCE}" if part else "GPU not in the datasheet table",
+    }
+
+
+def _progress(problems):
+    try:
+        from tqdm import tqdm
+    except ImportError:
+        return None
+    return tqdm(total=len(problems), unit="shape", dynamic_ncols=True)
+
+
+def _versions() -> dict:
+    versions = {}
+    for module in ("triton", "quack"):
+        try:
+            versions[module] = getattr(__import__(module), "__version__", "?")
+        except Exception:  # absent, or broken (build_implementations says which)
+            versions[module] = None
+    return versions
+
+
+def parse_args(argv):
+    p = argparse.ArgumentParser(prog="python benchmarks/suite.py", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--suite", action="append", choices=sorted(shapes.SUITES),
+                   help="suite to run (repeat for several); default: quick")
+    p.add_argument("--filter", default=None, help="keep problems whose label contains this (case-insensitive)")
+    p.add_argument("--dtype", default="bf16", choices=sorted(DTYPES))
+    p.add_argument("--impls", default=",".join(IMPLEMENTATIONS),
+                   help="comma-separated implementations to run (torch.matmul is every ratio's reference)")
+    p.add_argument("--reps", type=int, default=30)
+    p.add_argument("--warmup", type=int, default=5)
+    p.add_argument("--graph", default="auto", choices=("auto", "always", "never"),
+                   help="CUDA-graph replay timing: for problems under --graph-below-us (auto), all, or none")
+    p.add_argument("--graph-below-us", type=float, default=20.0)
+    p.add_argument("--graph-calls", type=int, default=20, help="back-to-back calls captured per graph")
+    p.add_argument("--quack-autotune", action="store_true",
+                   help="let QuACK autotune every shape (slow: compiles all its configs per shape)")
+    p.add_argument("--time-budget", type=float, default=None,
+                   help="seconds; no new problem is started once this much time has passed")
+    p.add_argument("--name", default=None, help="output file stem; default suite_<suites>")
+    p.add_argument("--out", type=Path, default=Path(__file__).resolve().parent / "results")
+    args = p.parse_args(argv)
+    unknown = set(args.impls.split(",")) - set(IMPLEMENTATIONS)
+    if unknown:
+        p.error(f"unknown --impls {sorted(unknown)}; choose from {', '.join(IMPLEMENTATIONS)}")
+    args.suite = args.suite or ["quick"]
+    args.name = args.name or "suite_" + "_".join(args.suite)
+    return args
+
+
+def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    args = parse_args(argv)
+    problems = shapes.select(args.suite, args.filter)
+    torch.backends.cuda.matmul.allow_tf32 = False  # the fp32 reference must be fp32
+    start = time.monotonic()
+    impls, impl_info = build_implementations(args.impls.split(","), args.quack_autotune)
+    flush = torch.empty(FLUSH_BYTES // 4, device="cuda", dtype=torch.float32)
+    l2_bytes = getattr(torch.cuda.get_device_properties(0), "L2_cache_size", 64 << 20)
+    report = {
+        "name": args.name,
+        "command": shlex.join(["python", "benchmarks/suite.py", *argv]),
+        "suites": args.suite,
+        "dtype": args.dtype,
+        "environment": {**environment(), **_versions()},
+        "reps": args.reps,
+        "timing": {"flush_bytes": FLUSH_BYTES, "graph": args.graph, "graph_below_us": args.graph_below_us,
+                   "graph_calls": args.graph_calls, "l2_bytes": l2_bytes},
+        "implementations": impl_info,
+        "gpu_before": gpu_state(),
+        "peak": measure_peak(args, flush),
+        "time_budget_s": args.time_budget,
+        "rows": [],
+        "skipped": [],
+    }
+    args.out.mkdir(parents=True, exist_ok=True)
+    json_path = args.out / f"{args.name}.json"
+    bar = _progress(problems)
+    for i, problem in enumerate(problems):
+        if args.time_budget is not None and time.monotonic() - start > args.time_budget:
+            report["skipped"] = [p.label for p in problems[i:]]
+            break
+        row = run_problem(problem, impls, args, flush, l2_bytes)
+        report["rows"].append(row)
+        json_path.write_text(json.dumps(report, indent=1) + "\n")
+        r = plot.ratio(row, plot.SUBJECT)
+        status = f"{problem.label}: wsgemm/torch " + ("-" if r is None else f"{r:.3f}x")
+        if bar is None:
+            print(f"[{i + 1}/{len(problems)}] {status}", flush=True)
+        else:
+            bar.set_postfix_str(status)
+            bar.update()
+    if bar is not None:
+        bar.close()
+    report["gpu_after"] = gpu_state()
+    report["elapsed_s"] = time.monotonic() - start
+    json_path.write_text(json.dumps(report, indent=1) + "\n")
+    md_path, png_path = plot.write_outputs(report, json_path)
+    print(md_path.read_text())
+    print(f"wrote {json_path}, {md_path}, {png_path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,231 @@
+"""CPU tests of the benchmark suite (benchmarks/): problem suites, rendering of a
+synthetic result, and the optional Triton import. Nothing here needs a GPU."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import math
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCH_DIR = Path(__file__).resolve().parents[1] / "benchmarks"
+
+
+def load(module: str, as_name: str | None = None):
+    """Import benchmarks/<module>.py under a private name (benchmarks/ is no package)."""
+    spec = importlib.util.spec_from_file_location(as_name or f"_bench_{module}", BENCH_DIR / f"{module}.py")
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod  # dataclasses look their module up there
+    spec.loader.exec_module(mod)
+    return mod
+
+
+shapes = load("shapes")
+plot = load("plot")
+
+
+# ----------------------------------------------------------------------------- suites
+
+
+def test_every_suite_is_well_formed():
+    labels = []
+    for name, problems in shapes.SUITES.items():
+        assert problems, name
+        for p in problems:
+            assert min(p.m, p.n, p.k, p.batch) > 0, p
+            assert p.layout in shapes.LAYOUTS, p
+            assert p.label.startswith(f"{name}/"), p
+            assert p.flops == 2.0 * p.batch * p.m * p.n * p.k
+        labels += [p.label for p in problems]
+    assert len(labels) == len(set(labels)), "labels must be unique across suites"
+
+
+def test_llm_suite_is_llama3_projections_with_weights_as_w_t():
+    llm = shapes.SUITES["llm"]
+    assert len(llm) <= 60
+    assert all(p.layout == "b_weight_t" and p.batch == 1 for p in llm)
+    assert {p.m for p in llm} == set(shapes.LLM_TOKENS)
+    nk = {(p.n, p.k) for p in llm}
+    # 8B: QKV (32 + 2 * 8) * 128, O, fused gate/up 2 * 14336, down.
+    assert {(6144, 4096), (4096, 4096), (28672, 4096), (4096, 14336)} <= nk
+    # 70B: QKV (64 + 2 * 8) * 128, O, fused gate/up 2 * 28672, down.
+    assert {(10240, 8192), (8192, 8192), (57344, 8192), (8192, 28672)} <= nk
+    assert len(nk) == 8
+
+
+def test_decode_shortk_square_batched_ranges():
+    decode = shapes.SUITES["decode"]
+    assert all(1 <= p.m <= 128 and p.layout == "b_weight_t" for p in decode)
+    llm_weights = {(p.n, p.k) for p in shapes.SUITES["llm"]}
+    assert {(p.n, p.k) for p in decode} == llm_weights
+    assert all(128 <= p.k <= 1024 and min(p.m, p.n) >= 8192 for p in shapes.SUITES["shortk"])
+    assert [p.m for p in shapes.SUITES["square"]] == [1024, 2048, 4096, 8192, 16384]
+    assert all(p.m == p.n == p.k for p in shapes.SUITES["square"])
+    assert all(p.batch > 1 for p in shapes.SUITES["batched"])
+    assert shapes.SUITES["batched"][0].shape_text == "8x2048x2048x2048"
+
+
+def test_select_concatenates_suites_and_filters_labels():
+    both = shapes.select(["square", "shortk"])
+    assert len(both) == len(shapes.SUITES["square"]) + len(shapes.SUITES["shortk"])
+    downs = shapes.select(["llm"], "70B DOWN")
+    assert downs and all("llama3-70b down" in p.label for p in downs)
+    with pytest.raises(KeyError, match="nope"):
+        shapes.select(["nope"])
+
+
+# ----------------------------------------------------------------------- rendering
+
+
+def timing(ms: float, flops: float) -> dict:
+    return {"median_ms": ms, "p10_ms": ms * 0.99, "p90_ms": ms * 1.01, "min_ms": ms * 0.98,
+            "tflops": flops / ms / 1e9, "runs": 30}
+
+
+def ok(ms: float, flops: float, method: str = "events", graph_ms: float | None = None) -> dict:
+    timings = {"events": timing(ms, flops)}
+    if graph_ms is not None:
+        timings["cuda_graph"] = timing(graph_ms, flops)
+    return {"status": "ok", "rel_error": 1e-3, "method": method, "timings": timings}
+
+
+def make_row(label: str, results: dict, method: str = "events", flops: float = 2e12) -> dict:
+    return {"label": label, "shape": "1024x1024x1024", "layout": "b_row", "m": 1024, "n": 1024, "k": 1024,
+            "batch": 1, "flops": flops, "method": method, "results": results}
+
+
+def synthetic_report(extra_rows: int = 0) -> dict:
+    f = 2e12
+    rows = [
+        # wsgemm / torch = 2.0, 0.5, 1.0: geometric mean exactly 1.
+        make_row("t/fast", {"wsgemm": ok(1.0, f), "torch.matmul": ok(2.0, f),
+                            "triton": {"status": "wrong", "rel_error": 0.3, "kernel": "tma"}}),
+        make_row("t/slow", {"wsgemm": ok(4.0, f), "torch.matmul": ok(2.0, f),
+                            "triton": {"status": "error", "error": "CompilationError: boom"}}),
+        # A graph row where triton's capture failed: it keeps events only.
+        make_row("t/graph", {
+            "wsgemm": ok(0.05, f, "cuda_graph", graph_ms=0.01),
+            "torch.matmul": ok(0.04, f, "cuda_graph", graph_ms=0.01),
+            "triton": {**ok(0.02, f), "graph_error": "RuntimeError: capture"},
+        }, method="cuda_graph"),
+    ]
+    rows += [make_row(f"t/extra {i}", {"wsgemm": ok(1.0, f), "torch.matmul": ok(1.0 + i / 100, f),
+                                       "triton": ok(1.1, f)}) for i in range(extra_rows)]
+    return {
+        "name": "synthetic", "command": "python benchmarks/suite.py --suite quick", "suites": ["quick"],
+        "dtype": "bf16", "reps": 30,
+        "environment": {"gpu": "NVIDIA H200", "sms": 132, "driver": "580", "torch": "2.11", "cuda": "13.0",
+                        "cutlass_dsl": "4.8.1", "wsgemm": "0.1.0", "triton": "3.6.0", "quack": None,
+                        "date": "today"},
+        "timing": {"flush_bytes": 512 << 20, "graph": "auto", "graph_below_us": 20.0, "graph_calls": 20,
+                   "l2_bytes": 60 << 20},
+        "implementations": {
+            "wsgemm": {"ran": True, "detail": "wsgemm 0.1.0"},
+            "torch.matmul": {"ran": True, "detail": "cuBLAS"},
+            "triton": {"ran": True, "detail": "persistent"},
+            "quack": {"ran": False, "detail": "not installed (No module named 'quack')"},
+        },
+        "peak": {"measured_tflops": 800.0, "measured_what": "cuBLAS 8192^3", "measured_timing": {},
+                 "datasheet_tflops": 989.4, "datasheet_source": "H200 SXM datasheet"},
+        "gpu_before": {"clocks.sm": "1980"}, "gpu_after": {"clocks.sm": "1830"},
+        "time_budget_s": 60, "rows": rows, "skipped": ["quick/not reached"], "elapsed_s": 12.0,
+    }
+
+
+def test_summary_geometric_mean_min_and_slow_count():
+    s = plot.summary(synthetic_report())
+    assert s["shapes"] == 3
+    assert s["geomean"] == pytest.approx(1.0)
+    assert s["min"] == pytest.approx(0.5) and s["min_label"] == "t/slow"
+    assert s["below_slow_ratio"] == 1
+    # A geometric, not arithmetic, mean: 2x and 0.5x cancel, 1x leaves it at 1.
+    assert math.prod([2.0, 0.5, 1.0]) ** (1 / 3) == pytest.approx(s["geomean"])
+
+
+def test_ratio_compares_like_with_like():
+    report = synthetic_report()
+    graph_row = report["rows"][2]
+    assert plot.ratio(graph_row, "wsgemm") == pytest.approx(1.0)  # graph 0.01 vs graph 0.01
+    assert plot.ratio(graph_row, "triton") == pytest.approx(0.04 / 0.02)  # events vs events
+    assert plot.ratio(report["rows"][0], "triton") is None  # wrong: not timed
+
+
+def test_markdown_table_summary_and_failures():
+    md = plot.render_markdown(synthetic_report())
+    assert "| wsgemm | torch.matmul | triton |" in md and "| quack |" not in md
+    assert "geometric mean **1.000x**, min 0.500x (t/slow), 1 below 0.9x" in md
+    assert "| t/fast | 1024x1024x1024 | row-major | 2000.0 | 1000.0 | WRONG (3.0e-01) | 2.000x | 250% | 202% |" in md
+    assert "(events)" in md and "graph x20" in md
+    assert "t/slow / triton: raised, not timed: CompilationError: boom" in md
+    assert "t/fast / triton: wrong result, not timed: relative error 3.00e-01" in md
+    assert "t/graph / triton: CUDA-graph capture failed, events timing reported: RuntimeError: capture" in md
+    assert "not installed (No module named 'quack')" in md
+    assert "quick/not reached" in md
+
+
+def test_markdown_of_a_run_cut_short():
+    report = synthetic_report()
+    del report["gpu_after"], report["elapsed_s"]
+    assert plot.CUT_SHORT in plot.render_markdown(report)
+
+
+def test_plot_and_rerender_from_json(tmp_path):
+    pytest.importorskip("matplotlib")
+    report = synthetic_report(extra_rows=60)
+    json_path = tmp_path / "synthetic.json"
+    json_path.write_text(json.dumps(report))
+    assert plot.main([str(json_path)]) == 0
+    png = tmp_path / "synthetic.png"
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert png.stat().st_size < 100_000
+    assert (tmp_path / "synthetic.md").read_text() == plot.render_markdown(report)
+
+
+# -------------------------------------------------------------------------- triton
+
+
+def test_triton_module_imports_without_triton(monkeypatch):
+    # None in sys.modules makes `import triton` raise ImportError, as if not installed.
+    monkeypatch.setitem(sys.modules, "triton", None)
+    monkeypatch.setitem(sys.modules, "triton.language", None)
+    tm = load("triton_matmul", "_bench_triton_matmul_without_triton")
+    assert tm.triton is None
+    assert tm.available() is False
+    with pytest.raises(RuntimeError, match="Triton is not installed"):
+        tm.matmul(None, None)
+
+
+# --------------------------------------------------------------------------- suite
+
+
+@pytest.fixture
+def suite(monkeypatch):
+    pytest.importorskip("torch")
+    monkeypatch.syspath_prepend(str(BENCH_DIR))  # suite.py imports its siblings by name
+    return load("suite")
+
+
+def test_datasheet_peak_by_gpu_name(suite):
+    assert suite.datasheet_peak("NVIDIA H200") == ("H200 SXM", 989.4)
+    assert suite.datasheet_peak("NVIDIA H100 80GB HBM3") == ("H100 SXM", 989.4)
+    assert suite.datasheet_peak("NVIDIA H100 PCIe") == (None, None)
+    assert suite.datasheet_peak("NVIDIA H200 NVL") == (None, None)
+    assert suite.datasheet_peak("NVIDIA A100-SXM4-80GB") == (None, None)
+
+
+def test_graph_input_copies_exceed_twice_l2(suite):
+    l2 = 60 << 20
+    assert suite.graph_input_copies(6 << 20, l2, calls=20) == 20
+    assert suite.graph_input_copies(32 << 20, l2, calls=20) == 4
+    assert suite.graph_input_copies(1 << 30, l2, calls=20) == 1
+
+
+def test_arguments(suite):
+    args = suite.parse_args(["--suite", "llm", "--suite", "decode"])
+    assert args.name == "suite_llm_decode" and args.reps == 30 and args.graph == "auto"
+    assert suite.parse_args([]).suite == ["quick"]
+    with pytest.raises(SystemExit):
+        suite.parse_args(["--impls", "wsgemm,cublas"])
