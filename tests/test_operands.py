@@ -3,25 +3,35 @@
 import pytest
 import torch
 
-from wsgemm.operands import as_operand, describe
+from wsgemm.operands import readable, readable_view, tma_major
 
 
 def test_row_major_is_cols_contiguous():
-    t = torch.randn(3, 64, 32, dtype=torch.bfloat16)
-    op = describe(t)
-    assert op.cols_contiguous and op.ld == 32 and op.batch_stride == 64 * 32 and not op.copied
+    assert tma_major(torch.randn(3, 64, 32, dtype=torch.bfloat16)) == "cols"
+    assert tma_major(torch.randn(64, 32, dtype=torch.bfloat16)) == "cols"
 
 
 def test_transposed_view_is_rows_contiguous_without_copy():
-    w = torch.randn(1, 48, 64, dtype=torch.float16)  # (L, N, K) row-major weight
-    b = w.transpose(1, 2)  # (L, K, N) view
-    op = describe(b)
-    assert op is not None and not op.cols_contiguous and op.ld == 64
+    w = torch.randn(48, 64, dtype=torch.float16)  # (N, K) like nn.Linear.weight
+    assert tma_major(w.t()) == "rows"
+    view, copied = readable(w.t().unsqueeze(0))
+    assert not copied and view.data_ptr() == w.data_ptr()
 
 
-def test_single_row_gets_an_aligned_leading_dimension():
-    op = describe(torch.randn(1, 1, 8, dtype=torch.bfloat16))
-    assert op.cols_contiguous and op.ld == 8
+def test_single_row_gets_an_aligned_stride():
+    # (1, 1, 8): torch reports strides TMA would reject for the unit modes.
+    t = torch.randn(8, dtype=torch.bfloat16).view(1, 1, 8)
+    view = readable_view(t)
+    assert view is not None and view.stride()[1] % 8 == 0 and view.stride()[0] % 8 == 0
+    assert torch.equal(view, t)
+
+
+def test_unsqueezed_column_major_matrix_keeps_its_memory():
+    a = torch.randn(64, 24, dtype=torch.bfloat16).t()[:13]  # (13, 64) column-major, leading dim 24
+    a3 = a.unsqueeze(0)  # torch gives the batch mode stride 13: not a multiple of 8 elements
+    assert tma_major(a3) is None
+    view = readable_view(a3)
+    assert view is not None and view.data_ptr() == a.data_ptr() and tma_major(view) == "rows"
 
 
 @pytest.mark.parametrize(
@@ -37,8 +47,8 @@ def test_single_row_gets_an_aligned_leading_dimension():
 )
 def test_unreadable_layouts_are_copied_into_a_padded_buffer(make):
     t = make()
-    assert describe(t) is None
-    op = as_operand(t)
-    assert op.copied and op.cols_contiguous
-    assert op.ld % 8 == 0 and op.ld >= t.shape[2]
-    assert torch.equal(op.tensor, t)  # same values, readable layout
+    assert readable_view(t) is None
+    copy, copied = readable(t)
+    assert copied and tma_major(copy) == "cols"
+    assert copy.stride(1) % 8 == 0 and copy.stride(1) >= t.shape[2]
+    assert torch.equal(copy, t)  # same values, readable layout

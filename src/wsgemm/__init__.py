@@ -18,16 +18,13 @@ from .errors import (
 
 __version__ = "0.1.0"
 
-
-def gemm(a, b, *, out=None, out_dtype=None, config=None):
-    """``a @ b`` with wsgemm's kernel; see :func:`wsgemm.api.gemm` for the full contract."""
-    from .api import gemm as _gemm
-
-    return _gemm(a, b, out=out, out_dtype=out_dtype, config=config)
-
+from .api import gemm, precompile  # noqa: E402  (imports torch and the DSL)
+from . import nn  # noqa: E402
 
 __all__ = [
     "gemm",
+    "precompile",
+    "nn",
     "GemmConfig",
     "KernelSpec",
     "Lookahead",

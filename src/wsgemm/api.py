@@ -2,6 +2,11 @@
 
 Validation, output allocation, operand layouts, dispatch by compute capability and
 the launch on the current CUDA stream live here; kernels know nothing of torch.
+
+A call is planned once per *call signature* (shapes, strides, dtypes, device,
+alignment, ``out``/``out_dtype``/``config``): the plan holds the compiled kernel and
+the persistent grid size, so a repeated call only looks the plan up, allocates the
+result and launches through TVM-FFI (a few microseconds of host time).
 """
 
 from __future__ import annotations
@@ -9,16 +14,17 @@ from __future__ import annotations
 import functools
 import threading
 import warnings
+from dataclasses import dataclass
 
 import torch
 
 from . import compile as compile_mod
 from . import config as cfg
 from .dispatch import HARDWARE_VERIFIED_ARCHS, arch_for_capability
-from .errors import DeviceError, ShapeError, UnsupportedDtypeError, WsgemmError
+from .errors import DeviceError, ShapeError, UnsupportedDtypeError
 from .heuristics import choose_config
 from .kernels.common.scheduler import TileGrid
-from .operands import MatrixOperand, as_operand, describe, padded_empty
+from .operands import alignment_elems, padded_empty, readable, readable_view, tma_major
 
 TORCH_DTYPES = {torch.float16: "fp16", torch.bfloat16: "bf16", torch.float32: "fp32"}
 INPUT_TORCH_DTYPES = (torch.float16, torch.bfloat16)
@@ -70,7 +76,7 @@ def max_active_clusters(device_index: int, cluster_size: int) -> int:
 
 
 # --------------------------------------------------------------------------------------
-# Validation
+# Validation (runs when a call signature is seen for the first time)
 # --------------------------------------------------------------------------------------
 
 def _check_tensor(name: str, t) -> None:
@@ -93,8 +99,8 @@ def _check_cuda(name: str, t: torch.Tensor) -> None:
         )
 
 
-def _broadcast_batches(a: torch.Tensor, b: torch.Tensor):
-    """(L, M, K) and (L, K, N) views of a and b, and whether the result is 3-D."""
+def _check_shapes(a: torch.Tensor, b: torch.Tensor) -> tuple[bool, int]:
+    """(batched, batches) of ``a @ b``, or ``ShapeError``."""
     if a.dim() not in (2, 3):
         raise ShapeError(f"a must be 2-D (M, K) or 3-D (L, M, K), got shape {tuple(a.shape)}")
     if b.dim() not in (2, 3):
@@ -111,7 +117,7 @@ def _broadcast_batches(a: torch.Tensor, b: torch.Tensor):
         )
     batched = a.dim() == 3 or b.dim() == 3
     batches = a.shape[0] if a.dim() == 3 else (b.shape[0] if b.dim() == 3 else 1)
-    return a, b, batched, batches
+    return batched, batches
 
 
 def _check_out(out, out_dtype, shape) -> None:
@@ -126,9 +132,164 @@ def _check_out(out, out_dtype, shape) -> None:
         raise ValueError("out has overlapping memory (e.g. an expanded tensor); pass a writable tensor")
 
 
-def _result_shape(a, b, batched, batches):
+def validate_shapes_and_dtypes(a, b, out, out_dtype, config) -> tuple[tuple, torch.dtype, bool, int]:
+    """Check everything but devices; returns (result shape, result dtype, batched, batches).
+    Also what ``torch.compile``'s fake implementation runs."""
+    _check_tensor("a", a)
+    _check_tensor("b", b)
+    _check_input_dtype("a", a)
+    _check_input_dtype("b", b)
+    if a.dtype != b.dtype:
+        raise UnsupportedDtypeError(f"a is {a.dtype} but b is {b.dtype}; both operands must have the same dtype")
+    batched, batches = _check_shapes(a, b)
+    if config is not None and not isinstance(config, cfg.GemmConfig):
+        raise TypeError(f"config must be a wsgemm.GemmConfig or None, got {type(config).__name__}")
+    if out_dtype is not None and out_dtype not in TORCH_DTYPES:
+        raise UnsupportedDtypeError(
+            f"out_dtype={out_dtype} is not supported; use torch.float16, torch.bfloat16 or torch.float32"
+        )
     m, n = a.shape[-2], b.shape[-1]
-    return (batches, m, n) if batched else (m, n)
+    shape = (batches, m, n) if batched else (m, n)
+    if out is not None:
+        _check_out(out, out_dtype, shape)
+    result_dtype = out.dtype if out is not None else (out_dtype or a.dtype)
+    return shape, result_dtype, batched, batches
+
+
+def validate(a, b, out, out_dtype, config) -> tuple[tuple, torch.dtype, bool, int]:
+    """Check every argument; returns (result shape, result dtype, batched, batches)."""
+    checked = validate_shapes_and_dtypes(a, b, out, out_dtype, config)
+    _check_cuda("a", a)
+    _check_cuda("b", b)
+    if a.device != b.device:
+        raise DeviceError(f"a is on {a.device} but b is on {b.device}; put both on one GPU")
+    if out is not None:
+        if out.device != a.device:
+            raise DeviceError(f"out is on {out.device} but the operands are on {a.device}")
+        for name, t in (("a", a), ("b", b)):
+            if t.numel() and out.numel() and out.untyped_storage().data_ptr() == t.untyped_storage().data_ptr():
+                raise ValueError(f"out shares memory with {name}; the kernel would overwrite its own input")
+    return checked
+
+
+# --------------------------------------------------------------------------------------
+# Plans
+# --------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Plan:
+    """What a call signature resolves to.
+
+    ``mode``: ``"direct"`` (the caller's tensors go to the kernel as they are),
+    ``"fold"`` ((L, M, K) @ (K, N) as one (L*M, K) @ (K, N) product), ``"copy"``
+    (operands or output go through readable 3-D views and padded copies), or
+    ``"trivial"`` (an empty result, or K = 0: all zeros; nothing to launch).
+    """
+
+    mode: str
+    shape: tuple
+    dtype: torch.dtype
+    device: torch.device
+    kernel: object | None = None  # the TVM-FFI compiled function
+    clusters: int = 0
+    spec: cfg.KernelSpec | None = None
+
+    def run(self, a, b, out):
+        if out is None:
+            out = torch.empty(self.shape, dtype=self.dtype, device=self.device)
+        if self.mode == "direct":
+            self.kernel(a, b, out, self.clusters)
+        elif self.mode == "fold":
+            self.kernel(a.view(-1, a.shape[-1]), b, out.view(-1, out.shape[-1]), self.clusters)
+        elif self.mode == "copy":
+            self._run_with_copies(a, b, out)
+        elif out.numel():
+            out.zero_()
+        return out
+
+    def _run_with_copies(self, a, b, out):
+        batches = self.shape[0] if len(self.shape) == 3 else 1
+        a3, _ = readable(_as_batched(a, batches))
+        b3, _ = readable(_as_batched(b, batches))
+        target = out if out.dim() == 3 else out.unsqueeze(0)
+        d3 = readable_view(target)
+        if d3 is None:  # the output has no tensor map: compute into a staging buffer
+            d3 = padded_empty(*target.shape, dtype=self.dtype, device=self.device)
+        self.kernel(a3, b3, d3, self.clusters)
+        if d3.data_ptr() != target.data_ptr():
+            target.copy_(d3)
+
+
+_plans: dict = {}
+_plans_lock = threading.Lock()
+
+
+def _signature(a, b, out, out_dtype, config):
+    """Everything a plan depends on. Raises AttributeError/TypeError for non-tensors,
+    which sends the call down the validating path."""
+    key = (a.shape, a.stride(), a.dtype, a.device, a.data_ptr() & 15,
+           b.shape, b.stride(), b.dtype, b.device, b.data_ptr() & 15, out_dtype, config)
+    if out is not None:
+        key += (out.shape, out.stride(), out.dtype, out.device, out.data_ptr() & 15)
+    return key
+
+
+# Kernel major of a torch-layout operand, by operand and unit-stride mode.
+_KERNEL_MAJOR = {("a", "cols"): "k", ("a", "rows"): "m", ("b", "cols"): "n", ("b", "rows"): "k",
+                 ("d", "cols"): "n", ("d", "rows"): "m"}
+
+
+def _output_major(out, shape, dtype) -> str | None:
+    if out is not None:
+        return tma_major(out)
+    return "cols" if shape[-1] % alignment_elems(dtype) == 0 else None
+
+
+def _choose_mode(a, b, out, shape, dtype) -> tuple[str, tuple]:
+    """(mode, (a, b, d) unit-stride modes) for a launchable product."""
+    d_major = _output_major(out, shape, dtype)
+    a_major, b_major = tma_major(a), tma_major(b)
+    if a.dim() == b.dim() and a_major and b_major and d_major:
+        return "direct", (a_major, b_major, d_major)
+    if a.dim() == 3 and b.dim() == 2 and a_major == "cols" and b_major and d_major == "cols":
+        # Rows of every batch stack evenly: one (L*M, K) @ (K, N) product.
+        folds = a.stride(0) == a.shape[1] * a.stride(1) and (out is None or out.stride(0) == out.shape[1] * out.stride(1))
+        if folds:
+            return "fold", (a_major, b_major, d_major)
+    batches = shape[0] if len(shape) == 3 else 1
+
+    def copy_major(t3):  # what _run_with_copies will hand the kernel
+        view = readable_view(t3)
+        return "cols" if view is None else tma_major(view)  # copies are row-contiguous
+
+    d3 = None if out is None else (out if out.dim() == 3 else out.unsqueeze(0))
+    return "copy", (copy_major(_as_batched(a, batches)), copy_major(_as_batched(b, batches)),
+                    "cols" if d3 is None else copy_major(d3))
+
+
+def make_plan(a, b, out, out_dtype, config) -> Plan:
+    shape, dtype, batched, batches = validate(a, b, out, out_dtype, config)
+    m, k, n = a.shape[-2], a.shape[-1], b.shape[-1]
+    if m * n * batches == 0 or k == 0:
+        return Plan("trivial", shape, dtype, a.device)
+    arch, sm_count, _ = _device_facts(a.device.index or 0)
+    mode, (a_major, b_major, d_major) = _choose_mode(a, b, out, shape, dtype)
+    kernel_batched = {"direct": batched, "fold": False, "copy": True}[mode]
+    kernel_m, kernel_batches = (m * batches, 1) if mode == "fold" else (m, batches)
+    config = config or choose_config(arch, kernel_m, n, k, kernel_batches, sm_count)
+    spec = cfg.make_spec(
+        arch, TORCH_DTYPES[a.dtype], TORCH_DTYPES[dtype],
+        _KERNEL_MAJOR["a", a_major], _KERNEL_MAJOR["b", b_major], _KERNEL_MAJOR["d", d_major],
+        config, batched=kernel_batched,
+    )
+    kernel = compile_mod.KERNEL_CACHE.get(spec).fn
+    grid = TileGrid.for_problem(kernel_m, n, kernel_batches, spec.config)
+    clusters = grid.launch_clusters(max_active_clusters(a.device.index or 0, spec.config.cluster_size))
+    return Plan(mode, shape, dtype, a.device, kernel, clusters, spec)
+
+
+def _as_batched(t: torch.Tensor, batches: int) -> torch.Tensor:
+    return t if t.dim() == 3 else t.unsqueeze(0).expand(batches, *t.shape)
 
 
 # --------------------------------------------------------------------------------------
@@ -146,121 +307,85 @@ def gemm(a: torch.Tensor, b: torch.Tensor, *, out: torch.Tensor | None = None,
     receives the result in place. Row- and column-major operands are read without a
     copy; layouts TMA cannot read are copied first (see ``wsgemm.operands``).
     The kernel runs on the inputs' device and its current CUDA stream.
+
+    Under ``torch.compile``, or when an input requires grad, the call goes through
+    the ``torch.ops.wsgemm.gemm`` operator (``out`` and ``config`` are eager-only).
     """
-    _check_tensor("a", a)
-    _check_tensor("b", b)
-    _check_input_dtype("a", a)
-    _check_input_dtype("b", b)
-    if a.dtype != b.dtype:
-        raise UnsupportedDtypeError(
-            f"a is {a.dtype} but b is {b.dtype}; both operands must have the same dtype"
-        )
-    a, b, batched, batches = _broadcast_batches(a, b)
-    if config is not None and not isinstance(config, cfg.GemmConfig):
-        raise TypeError(f"config must be a wsgemm.GemmConfig or None, got {type(config).__name__}")
-    if out_dtype is not None and out_dtype not in TORCH_DTYPES:
-        raise UnsupportedDtypeError(
-            f"out_dtype={out_dtype} is not supported; use torch.float16, torch.bfloat16 or torch.float32"
-        )
-    shape = _result_shape(a, b, batched, batches)
+    if torch.compiler.is_compiling() or (
+        torch.is_grad_enabled() and (getattr(a, "requires_grad", False) or getattr(b, "requires_grad", False))
+    ):
+        return _through_operator(a, b, out, out_dtype, config)
+    return gemm_eager(a, b, out, out_dtype, config)
+
+
+def _through_operator(a, b, out, out_dtype, config):
     if out is not None:
-        _check_out(out, out_dtype, shape)
+        raise ValueError("out= is not supported when an input requires grad or under torch.compile "
+                         "(autograd needs a fresh result tensor); drop out= or run under torch.no_grad()")
+    if config is not None:
+        raise ValueError("config= is eager-only: torch.ops.wsgemm.gemm always uses the heuristic; "
+                         "drop config= or call wsgemm.gemm outside torch.compile and autograd")
+    from . import ops  # registers torch.ops.wsgemm.gemm on first use
 
-    _check_cuda("a", a)
-    _check_cuda("b", b)
-    if a.device != b.device:
-        raise DeviceError(f"a is on {a.device} but b is on {b.device}; put both on one GPU")
-    if out is not None:
-        if out.device != a.device:
-            raise DeviceError(f"out is on {out.device} but the operands are on {a.device}")
-        for name, t in (("a", a), ("b", b)):
-            if t.numel() and out.numel() and out.untyped_storage().data_ptr() == t.untyped_storage().data_ptr():
-                raise ValueError(f"out shares memory with {name}; the kernel would overwrite its own input")
-        result = out
-    else:
-        result = torch.empty(shape, dtype=out_dtype or a.dtype, device=a.device)
-
-    m, k = a.shape[-2], a.shape[-1]
-    n = b.shape[-1]
-    if result.numel() == 0:
-        return result
-    if k == 0:
-        return result.zero_()
-
-    arch, sm_count, _ = _device_facts(a.device.index or 0)
-    _launch(a, b, result, batched, batches, m, n, k, arch, sm_count, config)
-    return result
+    return ops.gemm_op(a, b, out_dtype)
 
 
-def _as_3d(t: torch.Tensor, batches: int) -> torch.Tensor:
-    return t if t.dim() == 3 else t.unsqueeze(0).expand(batches, *t.shape)
+def gemm_eager(a, b, out=None, out_dtype=None, config=None) -> torch.Tensor:
+    """The direct path: plan lookup, result allocation, launch."""
+    try:
+        key = _signature(a, b, out, out_dtype, config)
+        plan = _plans.get(key)
+    except (AttributeError, TypeError):
+        key, plan = None, None
+    if plan is None:
+        plan = make_plan(a, b, out, out_dtype, config)  # raises the argument errors
+        if key is not None:
+            with _plans_lock:
+                _plans[key] = plan
+    if plan.device.index != torch.cuda.current_device():
+        with torch.cuda.device(plan.device):
+            return plan.run(a, b, out)
+    return plan.run(a, b, out)
 
 
-def _launch(a, b, result, batched, batches, m, n, k, arch, sm_count, config):
-    device = a.device
-    # (L, M, K) @ (K, N) is one (L*M, K) @ (K, N) product when A's rows stack evenly.
-    if a.dim() == 3 and b.dim() == 2:
-        a = a.reshape(batches * m, k)
-        result_view = result.view(batches * m, n) if result.is_contiguous() else None
-        if result_view is not None:
-            m, batches, result = batches * m, 1, result_view
-        else:
-            a = a.view(batches, m, k)
-    a3 = _as_3d(a, batches)
-    b3 = _as_3d(b, batches).transpose(1, 2)  # (L, N, K): B as the kernel reads it
-    d3 = result if result.dim() == 3 else result.unsqueeze(0)
+def precompile(shapes, dtype: torch.dtype = torch.bfloat16, *, weight_layout: bool = True,
+               out_dtype: torch.dtype | None = None, device=None, progress: bool = True) -> dict:
+    """Compile, ahead of time, the kernels that ``gemm`` will need for ``shapes``.
 
-    op_a = as_operand(a3)
-    op_b = as_operand(b3)
-    op_d = describe(d3)
-    staging = None
-    if op_d is None:  # the caller's out (or an odd N) has no tensor map: write a staging copy
-        staging = padded_empty(*d3.shape, dtype=d3.dtype, device=device)
-        op_d = describe(staging)
-
-    ab_dtype = TORCH_DTYPES[a.dtype]
-    config = config or choose_config(arch, m, n, k, batches, sm_count)
-    spec = cfg.make_spec(
-        arch,
-        ab_dtype,
-        TORCH_DTYPES[d3.dtype],
-        "k" if op_a.cols_contiguous else "m",
-        "k" if op_b.cols_contiguous else "n",
-        "n" if op_d.cols_contiguous else "m",
-        config,
-    )
-    kernel = compile_mod.KERNEL_CACHE.get(spec)
-    grid = TileGrid.for_problem(m, n, batches, spec.config)
-    clusters = grid.launch_clusters(max_active_clusters(device.index, spec.config.cluster_size))
-    _run(kernel, spec, op_a, op_b, op_d, m, n, k, batches, clusters, device)
-    if staging is not None:
-        d3.copy_(staging)
-
-
-def _run(kernel, spec, op_a: MatrixOperand, op_b: MatrixOperand, op_d: MatrixOperand,
-         m, n, k, batches, clusters, device) -> None:
-    import cuda.bindings.driver as cuda_driver
-    import cutlass.cute as cute
-    from cutlass.cute.runtime import make_ptr
-
-    from .kernels.sm90 import CUTLASS_DTYPES
-
-    def ptr(op: MatrixOperand, dtype_name: str):
-        return make_ptr(CUTLASS_DTYPES[dtype_name], op.data_ptr, cute.AddressSpace.gmem, assumed_align=16)
-
-    with torch.cuda.device(device):
-        stream = cuda_driver.CUstream(torch.cuda.current_stream(device).cuda_stream)
-        kernel(
-            ptr(op_a, spec.ab_dtype),
-            ptr(op_b, spec.ab_dtype),
-            ptr(op_d, spec.out_dtype),
-            m, n, k, batches,
-            op_a.ld, op_a.batch_stride,
-            op_b.ld, op_b.batch_stride,
-            op_d.ld, op_d.batch_stride,
-            clusters,
-            stream,
+    ``shapes``: (M, N, K) or (L, M, N, K) tuples; ``weight_layout``: B is an
+    ``nn.Linear``-style weight passed as ``w.t()`` (else a row-major (K, N) tensor).
+    Kernels land in the in-process and disk caches, so a later process loads them
+    instead of compiling. Returns ``{shape: seconds}`` (compile or load time).
+    """
+    device = torch.device(device or "cuda")
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    arch, sm_count, _ = _device_facts(index)
+    shapes = [tuple(s) for s in shapes]
+    bar = _progress(shapes, progress)
+    seconds = {}
+    for shape in bar:
+        *lead, m, n, k = shape
+        batches = lead[0] if lead else 1
+        out_name = TORCH_DTYPES[out_dtype or dtype]
+        aligned = n % alignment_elems(out_dtype or dtype) == 0
+        spec = cfg.make_spec(
+            arch, TORCH_DTYPES[dtype], out_name, "k", "k" if weight_layout else "n", "n",
+            choose_config(arch, m, n, k, batches, sm_count), batched=bool(lead) or not aligned,
         )
+        known = spec in compile_mod.KERNEL_CACHE
+        seconds[shape] = 0.0 if known else compile_mod.KERNEL_CACHE.get(spec).compile_seconds
+    return seconds
 
 
-__all__ = ["gemm", "max_active_clusters", "WsgemmError"]
+def _progress(items, enabled: bool):
+    if not enabled:
+        return items
+    try:
+        from tqdm import tqdm
+
+        return tqdm(items, desc="wsgemm: compiling", unit="kernel")
+    except ImportError:
+        return items
+
+
+__all__ = ["gemm", "gemm_eager", "make_plan", "max_active_clusters", "precompile", "validate"]

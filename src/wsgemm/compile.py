@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .config import KernelSpec
+from .hardware import TMA_ALIGNMENT_BYTES
 
 
 def _kernel_builder(spec: KernelSpec):
@@ -35,30 +36,37 @@ def _kernel_builder(spec: KernelSpec):
 
 
 def _example_args(spec: KernelSpec):
-    """Arguments of the kernel's host function, for tracing: null pointers and ones.
+    """Stand-ins for the kernel's arguments: symbolic tensors in torch layouts.
 
-    Every size and stride is a runtime value, so these stand for any problem.
+    Sizes and non-unit strides are runtime values (one compiled kernel serves every
+    shape); the unit stride, the 16-byte alignment of base and strides, and which
+    sizes must agree (A's K and B's K, ...) are part of the compiled signature, and
+    the TVM-FFI call checks them on every call. The stream is the caller's current
+    one, read by TVM-FFI from PyTorch.
     """
-    import cutlass
     import cutlass.cute as cute
-    from cutlass import Int32, Int64
-    from cutlass.cute.runtime import make_fake_stream, make_ptr
+    from cutlass import Int32
+    from cutlass.cute.runtime import make_fake_stream, make_fake_tensor
 
+    from .config import DTYPE_BYTES
     from .kernels.sm90 import CUTLASS_DTYPES
 
-    def ptr(dtype_name):
-        return make_ptr(CUTLASS_DTYPES[dtype_name], 16, cute.AddressSpace.gmem, assumed_align=16)
+    m, n, k, batches = (cute.sym_int() for _ in range(4))
 
-    ones32 = [Int32(1)] * 4
-    ones64 = [Int64(8)] * 6
+    def fake(dtype_name: str, rows, cols, cols_contiguous: bool):
+        align = TMA_ALIGNMENT_BYTES // DTYPE_BYTES[dtype_name]
+        ld = cute.sym_int64(divisibility=align)
+        shape, stride = (rows, cols), ((ld, 1) if cols_contiguous else (1, ld))
+        if spec.batched:
+            shape, stride = (batches, *shape), (cute.sym_int64(divisibility=align), *stride)
+        return make_fake_tensor(CUTLASS_DTYPES[dtype_name], shape, stride, assumed_align=TMA_ALIGNMENT_BYTES)
+
     return [
-        ptr(spec.ab_dtype),
-        ptr(spec.ab_dtype),
-        ptr(spec.out_dtype),
-        *ones32,
-        *ones64,
-        Int32(1),
-        make_fake_stream(),
+        fake(spec.ab_dtype, m, k, spec.a_major == "k"),  # A (M, K)
+        fake(spec.ab_dtype, k, n, spec.b_major == "n"),  # B (K, N): row-major is N-major
+        fake(spec.out_dtype, m, n, spec.d_major == "n"),  # D (M, N)
+        Int32(1),  # clusters in the persistent grid
+        make_fake_stream(use_tvm_ffi_env_stream=True),
     ]
 
 
@@ -93,7 +101,9 @@ def compile_spec(spec: KernelSpec, *, keep_artifacts: bool = False, dump_dir: st
     import cutlass.cute as cute
 
     kernel = _kernel_builder(spec)
-    options = [f"--gpu-arch {spec.facts.compile_target}"]
+    # TVM-FFI: the compiled function takes torch tensors directly and checks them in C,
+    # which keeps a cached call to a few microseconds of host time.
+    options = [f"--gpu-arch {spec.facts.compile_target}", "--enable-tvm-ffi"]
     if keep_artifacts:
         dump_dir = dump_dir or tempfile.mkdtemp(prefix="wsgemm-")
         os.makedirs(dump_dir, exist_ok=True)
@@ -158,7 +168,7 @@ def load_from_disk(spec: KernelSpec):
     try:
         import cutlass.cute as cute
 
-        return getattr(cute.runtime.load_module(str(path)), f"wsgemm_{key}")
+        return getattr(cute.runtime.load_module(str(path), enable_tvm_ffi=True), f"wsgemm_{key}")
     except Exception as exc:  # a corrupt or incompatible file: recompile
         warnings.warn(f"wsgemm: ignoring disk-cached kernel {path}: {exc}", RuntimeWarning, stacklevel=3)
         return None

@@ -147,6 +147,7 @@ class KernelSpec:
     b_major: str  # "k" (B given as W^T, W row-major) | "n" (row-major B)
     d_major: str  # "n" (row-major D) | "m" (column-major D)
     config: GemmConfig = field(default_factory=GemmConfig)
+    batched: bool = False  # operands carry a leading batch mode L
     # Bytes every TMA base address and non-unit stride is a multiple of.
     alignment: int = hardware.TMA_ALIGNMENT_BYTES
 
@@ -157,7 +158,7 @@ class KernelSpec:
     def short(self) -> str:
         return (
             f"{self.arch}_{self.ab_dtype}to{self.out_dtype}_a{self.a_major}"
-            f"b{self.b_major}d{self.d_major}_{self.config.short()}"
+            f"b{self.b_major}d{self.d_major}{'_batched' if self.batched else ''}_{self.config.short()}"
         )
 
 
@@ -244,6 +245,7 @@ def make_spec(
     b_major: str,
     d_major: str,
     config: GemmConfig,
+    batched: bool = False,
 ) -> KernelSpec:
     """Validate a configuration for one arch and problem kind and resolve ``stages``.
 
@@ -270,7 +272,7 @@ def make_spec(
     else:
         _check_sm100(config)
 
-    spec = KernelSpec(arch, ab_dtype, out_dtype, a_major, b_major, d_major, config)
+    spec = KernelSpec(arch, ab_dtype, out_dtype, a_major, b_major, d_major, config, batched=batched)
     if arch == "sm100" and tmem_columns(spec) > spec.facts.tmem_columns:
         raise ConfigError(
             f"{config.acc_stages} accumulator buffers of {config.tile_n} fp32 columns need "

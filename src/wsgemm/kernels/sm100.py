@@ -35,14 +35,15 @@ import cutlass.memory
 import cutlass.pipeline
 import cutlass.tensor_utils
 import cutlass.utils.blackwell_helpers as sm100_helpers
-from cutlass import Boolean, Int32, Int64
+from cutlass import Boolean, Int32
 from cutlass.cute.nvgpu import cpasync, tcgen05
 
 from .. import config as cfg
 from .. import hardware
 from .common import scheduler, stages
 from .common.pipeline import AccRing, SmemRing, empty_arrivals, produce_k_blocks, release_mask
-from .sm90 import CUTLASS_DTYPES, Sm90Gemm
+from .common.views import gemm_views
+from .sm90 import CUTLASS_DTYPES
 
 EPILOGUE_WARPS = (0, 1, 2, 3)  # tcgen05.ld: warp w reads TMEM lanes 32*(w%4) .. +31
 MMA_WARP = 4
@@ -87,26 +88,16 @@ class Sm100Gemm:
     @cute.jit
     def __call__(
         self,
-        a_ptr: cute.Pointer,
-        b_ptr: cute.Pointer,
-        d_ptr: cute.Pointer,
-        m: Int32,
-        n: Int32,
-        k: Int32,
-        batches: Int32,
-        lda: Int64,
-        batch_stride_a: Int64,
-        ldb: Int64,
-        batch_stride_b: Int64,
-        ldd: Int64,
-        batch_stride_d: Int64,
+        mA_torch: cute.Tensor,
+        mB_torch: cute.Tensor,
+        mD_torch: cute.Tensor,
         num_clusters: Int32,
         stream: cuda_driver.CUstream,
     ):
-        spec = self.spec
-        mA = Sm90Gemm._matrix(a_ptr, m, k, batches, lda, batch_stride_a, spec.a_major == "m")
-        mB = Sm90Gemm._matrix(b_ptr, n, k, batches, ldb, batch_stride_b, spec.b_major == "n")
-        mD = Sm90Gemm._matrix(d_ptr, m, n, batches, ldd, batch_stride_d, spec.d_major == "m")
+        """Host side. Operands arrive in torch layouts (see ``common.views``)."""
+        mA, mB, mD = gemm_views(mA_torch, mB_torch, mD_torch, self.spec.batched)
+        m, k, batches = mA.shape
+        n = mB.shape[0]
 
         tiled_mma = sm100_helpers.make_trivial_tiled_mma(
             self.ab_dtype,

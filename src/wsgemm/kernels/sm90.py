@@ -27,11 +27,12 @@ import cutlass.memory
 import cutlass.tensor_utils
 import cutlass.utils
 import cutlass.utils.hopper_helpers as sm90_helpers
-from cutlass import Boolean, Int32, Int64
+from cutlass import Boolean, Int32
 
 from .. import config as cfg
 from .. import hardware
 from .common import scheduler, stages
+from .common.views import gemm_views
 from .common.pipeline import SmemRing, empty_arrivals, produce_k_blocks, release_mask
 
 CUTLASS_DTYPES = {"fp16": cutlass.Float16, "bf16": cutlass.BFloat16, "fp32": cutlass.Float32}
@@ -75,38 +76,19 @@ class Sm90Gemm:
     # Host side: tensors, TMA descriptors, shared-memory plan, launch
     # ------------------------------------------------------------------------------
 
-    @staticmethod
-    def _matrix(ptr, rows, cols, batches, ld, batch_stride, rows_contiguous: bool):
-        """(rows, cols, batches) view with a static unit stride on the contiguous mode."""
-        if rows_contiguous:
-            stride = (1, ld, batch_stride)
-        else:
-            stride = (ld, 1, batch_stride)
-        return cute.make_tensor(ptr, cute.make_layout((rows, cols, batches), stride=stride))
-
     @cute.jit
     def __call__(
         self,
-        a_ptr: cute.Pointer,
-        b_ptr: cute.Pointer,
-        d_ptr: cute.Pointer,
-        m: Int32,
-        n: Int32,
-        k: Int32,
-        batches: Int32,
-        lda: Int64,
-        batch_stride_a: Int64,
-        ldb: Int64,
-        batch_stride_b: Int64,
-        ldd: Int64,
-        batch_stride_d: Int64,
+        mA_torch: cute.Tensor,
+        mB_torch: cute.Tensor,
+        mD_torch: cute.Tensor,
         num_clusters: Int32,
         stream: cuda_driver.CUstream,
     ):
-        spec = self.spec
-        mA = self._matrix(a_ptr, m, k, batches, lda, batch_stride_a, spec.a_major == "m")
-        mB = self._matrix(b_ptr, n, k, batches, ldb, batch_stride_b, spec.b_major == "n")
-        mD = self._matrix(d_ptr, m, n, batches, ldd, batch_stride_d, spec.d_major == "m")
+        """Host side. Operands arrive in torch layouts (see ``common.views``)."""
+        mA, mB, mD = gemm_views(mA_torch, mB_torch, mD_torch, self.spec.batched)
+        m, k, batches = mA.shape
+        n = mB.shape[0]
 
         tiled_mma = sm90_helpers.make_trivial_tiled_mma(
             self.ab_dtype,

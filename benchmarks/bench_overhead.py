@@ -1,0 +1,80 @@
+"""Host time per call on tiny problems, side by side with torch.matmul.
+
+Times ``--calls`` back-to-back calls with a host clock and synchronizes once at the
+end, so the number is what the CPU spends per call (launch included) while the GPU
+keeps up; the GEMMs are tiny so the GPU is never the bottleneck. Median of
+``--repeats`` such loops.
+
+    python benchmarks/bench_overhead.py
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_gemm import environment  # noqa: E402
+
+import wsgemm  # noqa: E402
+import wsgemm.ops  # noqa: E402
+
+
+def per_call_us(fn, calls: int, repeats: int) -> dict:
+    for _ in range(50):
+        fn()
+    torch.cuda.synchronize()
+    samples = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        samples.append((time.perf_counter() - start) / calls * 1e6)
+        torch.cuda.synchronize()
+    return {"median_us": statistics.median(samples), "min_us": min(samples), "max_us": max(samples)}
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--calls", type=int, default=2000)
+    p.add_argument("--repeats", type=int, default=7)
+    p.add_argument("--out", default=str(Path(__file__).parent / "results"))
+    args = p.parse_args(argv)
+    rows = {}
+    for m, n, k in ((64, 64, 64), (128, 256, 128)):
+        a = torch.randn(m, k, device="cuda").to(torch.bfloat16)
+        w = torch.randn(n, k, device="cuda").to(torch.bfloat16)
+        out = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
+        impls = {
+            "torch.matmul(a, w.t())": lambda: torch.matmul(a, w.t()),
+            "torch.matmul(a, w.t(), out=)": lambda: torch.matmul(a, w.t(), out=out),
+            "wsgemm.gemm(a, w.t())": lambda: wsgemm.gemm(a, w.t()),
+            "wsgemm.gemm(a, w.t(), out=)": lambda: wsgemm.gemm(a, w.t(), out=out),
+            "torch.ops.wsgemm.gemm (dispatcher)": lambda: torch.ops.wsgemm.gemm(a, w.t(), None),
+        }
+        rows[f"{m}x{n}x{k}"] = {name: per_call_us(fn, args.calls, args.repeats) for name, fn in impls.items()}
+    report = {"environment": environment(), "calls": args.calls, "repeats": args.repeats, "rows": rows}
+    lines = ["# Host time per call (tiny GEMMs, bf16)", "",
+             f"{report['environment']['gpu']}, torch {report['environment']['torch']}; median of {args.repeats} "
+             f"loops of {args.calls} back-to-back calls, one synchronize per loop; microseconds per call.", "",
+             "| shape | call | median us | min | max |", "|---|---|---|---|---|"]
+    for shape, impls in rows.items():
+        for name, r in impls.items():
+            lines.append(f"| {shape} | `{name}` | {r['median_us']:.2f} | {r['min_us']:.2f} | {r['max_us']:.2f} |")
+    lines += ["", "Regenerate: `python benchmarks/bench_overhead.py`"]
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "host_overhead.json").write_text(json.dumps(report, indent=2) + "\n")
+    (out / "host_overhead.md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,57 @@
+"""A CPU model of wsgemm's pipelines: runs on any machine, no GPU.
+
+* :mod:`.mbarrier` -- PTX mbarrier semantics (phases, parity waits, transaction bytes).
+* :mod:`.spec`, :mod:`.roles` -- the warp roles of the SM90 and SM100 kernels, written
+  like the kernels (same stage/parity functions, same look-ahead policies), with
+  optional planted bugs (:class:`Fault`).
+* :mod:`.machine`, :mod:`.checker` -- every interleaving of those roles and of the
+  asynchronous hardware (TMA bytes landing, MMAs completing), checked for deadlock,
+  overwritten or early-read stages and accumulators, and tiles stored exactly once.
+* :mod:`.timeline` -- a discrete-event simulation under assumed latencies, with a
+  Gantt chart per look-ahead policy. A model, not a measurement.
+
+``python -m wsgemm.model`` runs all of it and prints a summary; docs/pipeline-model.md
+explains what it proves and what it assumes.
+"""
+
+from .checker import CheckResult, Finding, explore_exhaustively, explore_randomly
+from .machine import Machine, ProtocolViolation, Violation
+from .mbarrier import EarlyArrivalError, Mbarrier, MbarrierError, OverArrivalError, WouldBlock
+from .roles import KernelModel, build_kernel
+from .spec import Fault, PipelineSpec, Structure
+from .timeline import (
+    Latencies,
+    Timeline,
+    compare_policies,
+    draw_gantt,
+    format_report,
+    simulate,
+    timeline_spec,
+)
+
+__all__ = [
+    "CheckResult",
+    "EarlyArrivalError",
+    "Fault",
+    "Finding",
+    "KernelModel",
+    "Latencies",
+    "Machine",
+    "Mbarrier",
+    "MbarrierError",
+    "OverArrivalError",
+    "PipelineSpec",
+    "ProtocolViolation",
+    "Structure",
+    "Timeline",
+    "Violation",
+    "WouldBlock",
+    "build_kernel",
+    "compare_policies",
+    "draw_gantt",
+    "explore_exhaustively",
+    "explore_randomly",
+    "format_report",
+    "simulate",
+    "timeline_spec",
+]

@@ -1,0 +1,286 @@
+"""The state of one modelled CTA, the steps that can change it, and the ground truth
+that judges each step.
+
+A **step** is either one op of one role (:mod:`.ops`) or one piece of asynchronous
+hardware work finishing: a TMA copy's bytes landing, an issuer's oldest MMA group
+completing, a ``tcgen05.commit`` arriving. Any enabled step may come next; the
+checker tries them all, the timeline picks by time.
+
+Besides the barriers, the machine tracks what the barriers are supposed to protect,
+independently of them:
+
+* each ring slot: which k-block is in it (or on its way), how many of its copies
+  landed, and which readers have not finished with it (an MMA reads the slot until
+  that MMA completes);
+* each accumulator: which tile it holds, how many k-blocks completed into it, and
+  whether it still waits to be read;
+* how often each part of each output tile was stored.
+
+A step that breaks one of these raises :class:`ProtocolViolation`.
+"""
+
+from __future__ import annotations
+
+import enum
+from typing import NamedTuple
+
+from .mbarrier import EarlyArrivalError, Mbarrier, MbarrierError, OverArrivalError
+from .ops import TmaLoad
+from .roles import KernelModel
+
+
+class Violation(str, enum.Enum):
+    """What the checker can find, and what it means."""
+
+    DEADLOCK = "deadlock"  # no step is enabled, yet some role has not finished
+    STAGE_OVERWRITTEN = "stage overwritten"  # a TMA copy into a slot a reader is still using
+    READ_BEFORE_LANDED = "read before landed"  # an MMA read a slot whose bytes had not all landed
+    KBLOCK_OUT_OF_ORDER = "k-block out of order"  # an MMA read another k-block than its turn
+    ACC_OVERWRITTEN = "accumulator overwritten"  # a tile's first MMA into an unread accumulator
+    ACC_READ_EARLY = "accumulator read early"  # read before all of its tile's MMAs completed
+    TILE_NOT_STORED_ONCE = "tile not stored exactly once"
+    OVER_ARRIVAL = "over-arrival"  # more arrivals than a barrier phase expects
+    EARLY_ARRIVAL = "early arrival"  # an arrival for a phase that has not started
+
+
+class ProtocolViolation(Exception):
+    def __init__(self, kind: Violation, message: str):
+        super().__init__(f"{kind.value}: {message}")
+        self.kind = kind
+        self.message = message
+
+
+class Slot(NamedTuple):
+    kblock: int | None  # the hand-over whose bytes are in, or on their way into, the slot
+    landed: int  # copies of it that have landed
+    readers: frozenset  # roles that still have to finish reading it
+
+
+class Accumulator(NamedTuple):
+    tile: int | None
+    kblocks_done: int  # k-blocks whose MMAs completed into it
+    unread: bool  # holds a tile nobody has read yet
+
+
+class TmaCopy(NamedTuple):
+    slot: int
+    kblock: int
+    operand: str
+    barrier: int
+    nbytes: int
+    phase: int
+
+
+class MmaGroup(NamedTuple):
+    reader: int  # the role that issued it
+    slot: int
+    kblock: int
+    acc: int
+
+
+class PendingCommit(NamedTuple):
+    queue: int
+    barrier: int
+    phase: int
+    after: int  # arrives once this many of the queue's MMA groups have completed
+
+
+class Step(NamedTuple):
+    kind: str  # "role", "tma", "mma" or "commit"
+    arg: object  # role index, TmaCopy, queue index, PendingCommit
+
+
+class Machine:
+    """Mutable state of one CTA; :meth:`clone` and :meth:`key` make it explorable."""
+
+    def __init__(self, kernel: KernelModel):
+        self.kernel = kernel
+        self.barrier_names = kernel.barrier_names
+        self.pcs = [0] * len(kernel.programs)
+        self.tokens = [False] * len(kernel.programs)
+        self.barriers = [Mbarrier.init(c) for c in kernel.barrier_counts]
+        self.slots = [Slot(None, 0, frozenset())] * kernel.spec.stages
+        self.accumulators = [Accumulator(None, 0, False)] * kernel.accumulators
+        self.copies_in_flight: frozenset[TmaCopy] = frozenset()
+        self.mma_queues: list[tuple[MmaGroup, ...]] = [()] * kernel.mma_queues
+        self.mmas_completed = [0] * kernel.mma_queues
+        self.commits_in_flight: frozenset[PendingCommit] = frozenset()
+        self.stores = [0] * (kernel.spec.tiles * kernel.tile_parts)
+
+    def clone(self) -> "Machine":
+        other = object.__new__(Machine)
+        other.__dict__.update(self.__dict__)
+        for name in ("pcs", "tokens", "barriers", "slots", "accumulators", "mma_queues",
+                     "mmas_completed", "stores"):
+            setattr(other, name, list(getattr(self, name)))
+        return other
+
+    def key(self) -> tuple:
+        """Everything that decides what can happen next, as one hashable value."""
+        return (tuple(self.pcs), tuple(self.tokens), tuple(self.barriers), tuple(self.slots),
+                tuple(self.accumulators), self.copies_in_flight, tuple(self.mma_queues),
+                tuple(self.mmas_completed), self.commits_in_flight, tuple(self.stores))
+
+    # -- stepping ------------------------------------------------------------------
+
+    def next_op(self, role: int):
+        program = self.kernel.programs[role]
+        pc = self.pcs[role]
+        return program[pc] if pc < len(program) else None
+
+    def enabled_steps(self) -> list[Step]:
+        steps = []
+        for role in range(len(self.pcs)):
+            op = self.next_op(role)
+            if op is not None and op.ready(self, role):
+                steps.append(Step("role", role))
+        steps.extend(Step("tma", c) for c in sorted(self.copies_in_flight))
+        steps.extend(Step("mma", q) for q, groups in enumerate(self.mma_queues) if groups)
+        steps.extend(Step("commit", c) for c in sorted(self.commits_in_flight)
+                     if self.mmas_completed[c.queue] >= c.after)
+        return steps
+
+    def apply(self, step: Step) -> None:
+        """Execute ``step``; raises :class:`ProtocolViolation` if it breaks the protocol."""
+        try:
+            if step.kind == "role":
+                self.next_op(step.arg).run(self, step.arg)
+                self.pcs[step.arg] += 1
+            elif step.kind == "tma":
+                self._land(step.arg)
+            elif step.kind == "mma":
+                self._complete_mma(step.arg)
+            else:
+                self._arrive_commit(step.arg)
+        except OverArrivalError as e:
+            raise ProtocolViolation(Violation.OVER_ARRIVAL, f"{self.describe(step)}: {e}") from None
+        except EarlyArrivalError as e:
+            raise ProtocolViolation(Violation.EARLY_ARRIVAL, f"{self.describe(step)}: {e}") from None
+        except MbarrierError as e:  # any other misuse is a bug in the model itself
+            raise AssertionError(f"{self.describe(step)}: {e}") from e
+
+    def describe(self, step: Step) -> str:
+        if step.kind == "role":
+            return f"{self.kernel.role_names[step.arg]}: {self.next_op(step.arg).describe(self)}"
+        if step.kind == "tma":
+            c = step.arg
+            return f"TMA {c.operand} of k-block {c.kblock} lands in slot {c.slot}"
+        if step.kind == "mma":
+            g = self.mma_queues[step.arg][0]
+            return f"MMA of k-block {g.kblock} ({self.kernel.role_names[g.reader]}) completes"
+        return f"commit arrives on {self.barrier_names[step.arg.barrier]}"
+
+    def finished(self) -> bool:
+        return (all(self.next_op(r) is None for r in range(len(self.pcs)))
+                and not self.copies_in_flight and not any(self.mma_queues)
+                and not self.commits_in_flight)
+
+    def check_final(self) -> None:
+        """At the end: every part of every tile stored exactly once."""
+        wrong = [i for i, n in enumerate(self.stores) if n != 1]
+        if wrong:
+            parts = self.kernel.tile_parts
+            raise ProtocolViolation(
+                Violation.TILE_NOT_STORED_ONCE,
+                ", ".join(f"tile {i // parts} part {i % parts} stored {self.stores[i]} times" for i in wrong),
+            )
+
+    def deadlock(self) -> ProtocolViolation:
+        """The violation for a state with no enabled step that has not finished."""
+        blocked = []
+        for role, name in enumerate(self.kernel.role_names):
+            op = self.next_op(role)
+            if op is not None:
+                blocked.append(f"{name} blocked at '{op.describe(self)}'")
+        barriers = ", ".join(
+            f"{n}: phase {b.phase}, {b.pending}/{b.expected} pending"
+            for n, b in zip(self.barrier_names, self.barriers)
+        )
+        return ProtocolViolation(Violation.DEADLOCK, "; ".join(blocked) + f" [{barriers}]")
+
+    # -- what ops do (called from ops.py) -----------------------------------------------
+
+    def mmas_in_flight(self, role: int) -> int:
+        return len(self.mma_queues[self.kernel.role_queues[role]])
+
+    def start_copy(self, op: TmaLoad) -> None:
+        slot = self.slots[op.slot]
+        if slot.kblock != op.kblock:  # the stage's first copy: the slot gets new contents
+            if slot.readers:
+                names = ", ".join(self.kernel.role_names[r] for r in sorted(slot.readers))
+                raise ProtocolViolation(
+                    Violation.STAGE_OVERWRITTEN,
+                    f"TMA load of k-block {op.kblock} into slot {op.slot} while {names} "
+                    f"still read k-block {slot.kblock} there",
+                )
+            self.slots[op.slot] = Slot(op.kblock, 0, self.kernel.slot_readers)
+        self.copies_in_flight = self.copies_in_flight | {TmaCopy(op.slot, op.kblock, op.operand, op.barrier, op.nbytes, op.phase)}
+
+    def issue_mma(self, role: int, op) -> None:
+        slot = self.slots[op.slot]
+        where = f"{self.kernel.role_names[role]} read slot {op.slot} for k-block {op.kblock}"
+        if slot.kblock is None or (slot.kblock == op.kblock and slot.landed < self.kernel.copies_per_stage):
+            state = "nothing" if slot.kblock is None else f"{slot.landed} of its copies"
+            raise ProtocolViolation(Violation.READ_BEFORE_LANDED, f"{where} when {state} had landed")
+        if slot.kblock != op.kblock:
+            raise ProtocolViolation(Violation.KBLOCK_OUT_OF_ORDER, f"{where}, but it holds k-block {slot.kblock}")
+        if op.first:
+            acc = self.accumulators[op.acc]
+            if acc.unread:
+                raise ProtocolViolation(
+                    Violation.ACC_OVERWRITTEN,
+                    f"tile {op.tile}'s first MMA overwrites accumulator {op.acc}, which holds "
+                    f"tile {acc.tile} that has not been read",
+                )
+            self.accumulators[op.acc] = Accumulator(op.tile, 0, True)
+        queue = self.kernel.role_queues[role]
+        self.mma_queues[queue] = self.mma_queues[queue] + (MmaGroup(role, op.slot, op.kblock, op.acc),)
+
+    def queue_commit(self, role: int, op) -> None:
+        queue = self.kernel.role_queues[role]
+        issued = self.mmas_completed[queue] + len(self.mma_queues[queue])
+        self.commits_in_flight = self.commits_in_flight | {PendingCommit(queue, op.barrier, op.phase, issued)}
+
+    def read_accumulator(self, acc_index: int, tile: int) -> None:
+        acc = self.accumulators[acc_index]
+        k_blocks = self.kernel.spec.k_blocks
+        if acc.tile != tile or acc.kblocks_done < k_blocks:
+            raise ProtocolViolation(
+                Violation.ACC_READ_EARLY,
+                f"accumulator {acc_index} read for tile {tile} while it holds tile {acc.tile} "
+                f"with {acc.kblocks_done} of {k_blocks} k-blocks completed",
+            )
+        self.accumulators[acc_index] = acc._replace(unread=False)
+
+    def store_tile(self, tile: int, part: int) -> None:
+        index = tile * self.kernel.tile_parts + part
+        self.stores[index] += 1
+        if self.stores[index] > 1:
+            raise ProtocolViolation(Violation.TILE_NOT_STORED_ONCE, f"tile {tile} part {part} stored twice")
+
+    # -- asynchronous completions ----------------------------------------------------------
+
+    def _land(self, copy: TmaCopy) -> None:
+        self.copies_in_flight = self.copies_in_flight - {copy}
+        slot = self.slots[copy.slot]
+        # A copy cannot outlive its slot's contents: refilling needs every reader done,
+        # and a reader needs every copy landed.
+        assert slot.kblock == copy.kblock, (slot, copy)
+        self.slots[copy.slot] = slot._replace(landed=slot.landed + 1)
+        self.barriers[copy.barrier] = self.barriers[copy.barrier].complete_tx(
+            copy.nbytes, for_phase=copy.phase
+        )
+
+    def _complete_mma(self, queue: int) -> None:
+        group, *rest = self.mma_queues[queue]
+        self.mma_queues[queue] = tuple(rest)
+        self.mmas_completed[queue] += 1
+        slot = self.slots[group.slot]
+        assert slot.kblock == group.kblock, (slot, group)  # overwriting raised before
+        self.slots[group.slot] = slot._replace(readers=slot.readers - {group.reader})
+        acc = self.accumulators[group.acc]
+        self.accumulators[group.acc] = acc._replace(kblocks_done=acc.kblocks_done + 1)
+
+    def _arrive_commit(self, commit: PendingCommit) -> None:
+        self.commits_in_flight = self.commits_in_flight - {commit}
+        self.barriers[commit.barrier] = self.barriers[commit.barrier].arrive(for_phase=commit.phase)

@@ -1,0 +1,291 @@
+"""The warp roles of both kernels, written the way the kernels write them, as Python
+generators that yield one op (:mod:`.ops`) per instruction another role can observe.
+
+Which role code each function mirrors:
+
+* :func:`producer`, :func:`produce_k_blocks` -- ``Sm90Gemm.producer`` /
+  ``Sm100Gemm.producer`` and ``kernels/common/pipeline.produce_k_blocks``;
+* :func:`sm90_consumer` -- ``Sm90Gemm.consumer`` (its epilogue reduced to one store);
+* :func:`sm100_mma`, :func:`sm100_epilogue` -- ``Sm100Gemm.mma`` / ``Sm100Gemm.epilogue``.
+
+:class:`RingModel` plays ``SmemRing`` and ``AccRing``: the same calls, with slot and
+parity from :mod:`wsgemm.kernels.common.stages`, the functions the kernels call.
+
+A role's program depends only on the spec -- the one run-time decision, "skip this
+wait because the probe said ready", is made by the ``Wait`` op from the role's token
+register -- so each generator is unrolled once into a tuple of ops, and a role's
+whole state is a program counter plus that token. That is what lets the checker copy
+and hash states cheaply.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Iterator
+
+from ..config import Lookahead
+from ..kernels.common import stages
+from .ops import (
+    Arrive,
+    ArriveExpectTx,
+    Commit,
+    IssueMma,
+    Op,
+    ReadAccumulator,
+    StoreTile,
+    TmaLoad,
+    TryWait,
+    Wait,
+    WaitMmas,
+)
+from .spec import Fault, PipelineSpec, Structure
+
+Program = Iterator[Op]
+
+
+class RingModel:
+    """A full/empty barrier ring of ``num_stages`` slots, as the roles call it.
+
+    ``full`` and ``empty`` are the machine's barrier indices of each slot. The three
+    keyword arguments exist to plant faults: the parities each side waits with, and a
+    producer that never waits when it holds a token.
+    """
+
+    def __init__(self, full: list[int], empty: list[int], num_stages: int, *,
+                 producer_parity: Callable[[int, int], int] | None = None,
+                 consumer_parity: Callable[[int, int], int] | None = None,
+                 producer_trusts_token: bool = False):
+        self.full_ids = full
+        self.empty_ids = empty
+        self.num_stages = num_stages
+        # Looked up now, not at import: the model runs whatever stages.py says.
+        self.producer_parity = producer_parity or stages.empty_wait_parity
+        self.consumer_parity = consumer_parity or stages.full_wait_parity
+        self.producer_trusts_token = producer_trusts_token
+
+    def slot(self, count: int) -> int:
+        return stages.stage_index(count, self.num_stages)
+
+    def phase(self, count: int) -> int:
+        """The barrier phase hand-over ``count`` belongs to (on both full and empty)."""
+        return stages.ring_lap(count, self.num_stages)
+
+    def full(self, count: int) -> int:
+        return self.full_ids[self.slot(count)]
+
+    def empty(self, count: int) -> int:
+        return self.empty_ids[self.slot(count)]
+
+    # -- producer side (SmemRing.producer_*, AccRing.mma_acquire / mma_tail) ------------
+
+    def producer_try_acquire(self, count: int) -> Op:
+        return TryWait(self.empty(count), self.producer_parity(count, self.num_stages))
+
+    def producer_acquire(self, count: int, token_valid: bool, tx_bytes: int | None = None) -> Program:
+        """``if not token: wait(empty)``, then (smem ring) ``arrive.expect_tx(full)``.
+        ``token_valid``: the token holds a probe's answer (else it is plain false)."""
+        if not self.producer_trusts_token:
+            yield Wait(self.empty(count), self.producer_parity(count, self.num_stages), token_valid)
+        if tx_bytes is not None:
+            yield ArriveExpectTx(self.full(count), tx_bytes, self.phase(count))
+
+    def producer_tail(self, count: int) -> Program:
+        """Wait until every slot was released once more (nothing left in flight)."""
+        for i in range(self.num_stages):
+            yield Wait(self.empty(count + i), self.producer_parity(count + i, self.num_stages))
+
+    def commit_full(self, count: int) -> Op:
+        """``AccRing.mma_commit``: accumulator ``count`` is full once its MMAs complete."""
+        return Commit(self.full(count), self.phase(count))
+
+    # -- consumer side (SmemRing.consumer_*, warp_release, mma_release; AccRing.epilogue_*)
+
+    def consumer_try_wait(self, count: int) -> Op:
+        return TryWait(self.full(count), self.consumer_parity(count, self.num_stages))
+
+    def consumer_wait(self, count: int, token_valid: bool) -> Op:
+        return Wait(self.full(count), self.consumer_parity(count, self.num_stages), token_valid)
+
+    def release(self, count: int, warps: int) -> Op:
+        """One arrival per releasing warp on ``empty`` (``warp_release``, ``epilogue_release``)."""
+        return Arrive(self.empty(count), warps, self.phase(count))
+
+    def commit_release(self, count: int) -> Op:
+        """``SmemRing.mma_release``: ``tcgen05.commit`` -> ``empty`` once the MMAs that
+        read the slot complete."""
+        return Commit(self.empty(count), self.phase(count))
+
+
+# -- the producer (both kernels) ---------------------------------------------------------
+
+def producer(spec: PipelineSpec, ring: RingModel) -> Program:
+    count = 0  # k-blocks handed to the ring so far, across all tiles
+    probed = False  # does the token hold a probe's answer? (else it is plain false)
+    if spec.lookahead is Lookahead.BEFORE_COPY:
+        yield ring.producer_try_acquire(count)
+        probed = True
+    for _tile in range(spec.tiles):
+        count, probed = yield from produce_k_blocks(spec, ring, count, probed)
+    yield from ring.producer_tail(count)
+
+
+def produce_k_blocks(spec: PipelineSpec, ring: RingModel, count: int, probed: bool):
+    """The producer's k-loop for one tile; returns the advanced counter and whether the
+    token holds a probe's answer. With ``Lookahead.NONE`` nothing ever probes, so the
+    token stays false and every acquire waits."""
+    for kb in range(spec.k_blocks):
+        yield from ring.producer_acquire(count, probed, spec.stage_bytes)
+        slot, this = ring.slot(count), count
+        count += 1
+        if spec.lookahead is Lookahead.BEFORE_COPY:
+            yield ring.producer_try_acquire(count)
+            probed = True
+        phase = ring.phase(this)
+        yield TmaLoad(slot, this, "A", ring.full(this), spec.a_bytes, phase)
+        yield TmaLoad(slot, this, "B", ring.full(this), spec.b_bytes, phase)
+        if spec.lookahead is Lookahead.AFTER_COPY:
+            probed = kb + 1 < spec.k_blocks
+            if probed:
+                yield ring.producer_try_acquire(count)
+    return count, probed
+
+
+# -- SM90 consumers ---------------------------------------------------------------------
+
+def sm90_consumer(spec: PipelineSpec, ring: RingModel, warpgroup: int) -> Program:
+    """One wgmma warpgroup: keeps one k-block's MMAs in flight and releases the
+    *previous* slot once they retired; then stores its rows of the tile."""
+    warps = spec.warps_per_warpgroup
+    early = spec.fault is Fault.EARLY_SLOT_RELEASE
+    read = 0  # k-blocks consumed so far, across tiles
+    for tile in range(spec.tiles):
+        for kb in range(spec.k_blocks):
+            yield ring.consumer_try_wait(read)
+            yield ring.consumer_wait(read, token_valid=True)
+            yield IssueMma(ring.slot(read), read, warpgroup, tile, first=kb == 0)
+            if early:
+                yield ring.release(read, warps)  # FAULT: its wgmma may still be reading
+            yield WaitMmas(1)
+            if kb > 0 and not early:
+                yield ring.release(read - 1, warps)
+            read += 1
+        yield WaitMmas(0)
+        if not early:
+            yield ring.release(read - 1, warps)
+        yield StoreTile(tile, warpgroup, warpgroup, reads_accumulator=True)
+
+
+# -- SM100 MMA warp and epilogue ------------------------------------------------------------
+
+def sm100_mma(spec: PipelineSpec, ring: RingModel, acc_ring: RingModel) -> Program:
+    """The MMA warp: per tile, acquire an accumulator buffer, issue each k-block's MMAs
+    and release its slot by ``tcgen05.commit``, then commit the buffer as full. With a
+    look-ahead policy other than NONE it probes the next ``full`` barrier after issuing
+    (not after a tile's last k-block) and at the start of each tile."""
+    peeks = spec.lookahead is not Lookahead.NONE
+    read = 0  # k-blocks consumed so far, across tiles
+    for tile in range(spec.tiles):  # tile == accumulator counter
+        probed = False
+        if peeks:
+            yield ring.consumer_try_wait(read)
+            probed = True
+        yield from acc_ring.producer_acquire(tile, token_valid=False)
+        for kb in range(spec.k_blocks):
+            yield ring.consumer_wait(read, probed)
+            yield IssueMma(ring.slot(read), read, acc_ring.slot(tile), tile, first=kb == 0)
+            if spec.fault is Fault.EARLY_SLOT_RELEASE:
+                yield ring.release(read, 1)  # FAULT: arrives now, not when the MMAs complete
+            else:
+                yield ring.commit_release(read)
+            read += 1
+            probed = peeks and kb + 1 < spec.k_blocks
+            if probed:
+                yield ring.consumer_try_wait(read)
+        yield acc_ring.commit_full(tile)
+    yield from acc_ring.producer_tail(spec.tiles)
+
+
+def sm100_epilogue(spec: PipelineSpec, acc_ring: RingModel) -> Program:
+    """The epilogue warps (one role; each warp arrives once on ``acc_empty``)."""
+    early = spec.fault is Fault.EARLY_ACC_RELEASE
+    for tile in range(spec.tiles):
+        buffer = acc_ring.slot(tile)
+        yield acc_ring.consumer_wait(tile, token_valid=False)
+        if early:
+            yield acc_ring.release(tile, spec.epilogue_warps)  # FAULT: not read yet
+        yield ReadAccumulator(buffer, tile)
+        yield StoreTile(tile, 0, buffer, reads_accumulator=False)
+        if not early:
+            yield acc_ring.release(tile, spec.epilogue_warps)
+
+
+# -- assembling a kernel --------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class KernelModel:
+    """Everything static about one modelled CTA: its barriers and the roles' programs."""
+
+    spec: PipelineSpec
+    role_names: tuple[str, ...]
+    programs: tuple[tuple[Op, ...], ...]
+    barrier_names: tuple[str, ...]
+    barrier_counts: tuple[int, ...]  # mbarrier.init count of each barrier
+    slot_readers: frozenset[int]  # roles whose MMAs read every ring slot
+    accumulators: int  # SM90: one per consumer warpgroup; SM100: acc_stages buffers
+    # The in-order MMA completion queue each role issues into (None: issues no MMAs).
+    role_queues: tuple[int | None, ...]
+    tile_parts: int  # how many roles store a part of each tile
+
+    @property
+    def mma_queues(self) -> int:
+        return len({q for q in self.role_queues if q is not None})
+
+    @property
+    def copies_per_stage(self) -> int:
+        return 2  # A and B
+
+
+def build_kernel(spec: PipelineSpec) -> KernelModel:
+    """Lay out the barriers the kernel initialises and unroll every role's program."""
+    names: list[str] = []
+    counts: list[int] = []
+
+    def barriers(kind: str, n: int, count: int) -> list[int]:
+        first = len(names)
+        names.extend(f"{kind}[{i}]" for i in range(n))
+        counts.extend([count] * n)
+        return list(range(first, first + n))
+
+    n = spec.stages
+    full, empty = barriers("full", n, 1), barriers("empty", n, spec.empty_count)
+    ring = RingModel(
+        full, empty, n,
+        producer_parity=stages.full_wait_parity if spec.fault is Fault.PRODUCER_PARITY_FLIPPED else None,
+        consumer_parity=stages.empty_wait_parity if spec.fault is Fault.CONSUMER_PARITY_FLIPPED else None,
+        producer_trusts_token=spec.fault is Fault.TRUSTS_UNREADY_TOKEN,
+    )
+    if spec.structure is Structure.SM90:
+        wgs = spec.consumer_warpgroups
+        role_names = ("producer", *(f"consumer{w}" for w in range(wgs)))
+        programs = [producer(spec, ring), *(sm90_consumer(spec, ring, w) for w in range(wgs))]
+        readers, accumulators, parts = frozenset(range(1, 1 + wgs)), wgs, wgs
+        queues = (None, *range(wgs))
+    else:
+        acc_ring = RingModel(barriers("acc_full", spec.acc_stages, 1),
+                             barriers("acc_empty", spec.acc_stages, spec.acc_empty_count),
+                             spec.acc_stages)
+        role_names = ("producer", "mma", "epilogue")
+        programs = [producer(spec, ring), sm100_mma(spec, ring, acc_ring), sm100_epilogue(spec, acc_ring)]
+        readers, accumulators, parts = frozenset({1}), spec.acc_stages, 1
+        queues = (None, 0, None)
+    return KernelModel(
+        spec=spec,
+        role_names=role_names,
+        programs=tuple(tuple(p) for p in programs),
+        barrier_names=tuple(names),
+        barrier_counts=tuple(counts),
+        slot_readers=readers,
+        accumulators=accumulators,
+        role_queues=queues,
+        tile_parts=parts,
+    )

@@ -1,0 +1,96 @@
+"""wsgemm as a PyTorch op on a Hopper GPU: autograd against torch.matmul's gradients,
+torch.compile of a module, CUDA graphs through nn.Linear, and an MLP drop-in."""
+
+import pytest
+import torch
+
+import wsgemm
+
+pytestmark = pytest.mark.gpu
+
+
+@pytest.fixture(autouse=True)
+def exact_fp32_reference():
+    old = torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = False
+    yield
+    torch.backends.cuda.matmul.allow_tf32 = old
+
+
+def rel(x, ref):
+    return ((x.float() - ref.float()).norm() / ref.float().norm()).item()
+
+
+def leaf(*shape, dtype=torch.bfloat16):
+    return torch.randn(*shape, device="cuda").to(dtype).requires_grad_()
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: (leaf(256, 192), leaf(192, 320)),
+        lambda: (leaf(256, 192), leaf(320, 192).detach().t().requires_grad_()),  # B = W^T
+        lambda: (leaf(3, 100, 64), leaf(3, 64, 96)),
+        lambda: (leaf(4, 100, 64), leaf(64, 96)),  # 2-D B broadcast over the batch
+        lambda: (leaf(100, 64), leaf(2, 64, 96)),  # 2-D A broadcast
+    ],
+    ids=["plain", "weight-transposed", "batched", "broadcast-b", "broadcast-a"],
+)
+def test_gradients_match_torch_matmul(make):
+    a, b = make()
+    grad = torch.randn(torch.matmul(a, b).shape, device="cuda").to(torch.bfloat16)
+    wsgemm.gemm(a, b).backward(grad)
+    ga, gb = a.grad.clone(), b.grad.clone()
+    a32, b32 = a.detach().float().requires_grad_(), b.detach().float().requires_grad_()
+    torch.matmul(a32, b32).backward(grad.float())
+    assert ga.dtype == a.dtype and gb.dtype == b.dtype and ga.shape == a.shape and gb.shape == b.shape
+    assert rel(ga, a32.grad) < 1e-2 and rel(gb, b32.grad) < 1e-2
+
+
+def make_mlp(cls, dtype=torch.bfloat16):
+    torch.manual_seed(0)
+    return torch.nn.Sequential(
+        cls(256, 512, dtype=dtype, device="cuda"), torch.nn.GELU(), cls(512, 256, bias=False, dtype=dtype, device="cuda")
+    )
+
+
+def test_mlp_forward_and_backward_match_torch_linear():
+    ref = make_mlp(torch.nn.Linear)
+    ours = make_mlp(wsgemm.nn.Linear)
+    ours.load_state_dict(ref.state_dict())
+    x = torch.randn(4, 64, 256, device="cuda").to(torch.bfloat16)
+    y_ref, y = ref(x), ours(x)
+    assert rel(y, y_ref) < 2e-2
+    y_ref.float().square().mean().backward()
+    y.float().square().mean().backward()
+    for (name, p_ref), p in zip(ref.named_parameters(), ours.parameters()):
+        assert rel(p.grad, p_ref.grad) < 3e-2, name
+
+
+@pytest.mark.parametrize("backend", ["aot_eager", "inductor"])
+def test_torch_compile_runs_the_op(backend):
+    model = make_mlp(wsgemm.nn.Linear)
+    ref = make_mlp(torch.nn.Linear)
+    ref.load_state_dict(model.state_dict())
+    compiled = torch.compile(model, fullgraph=True, backend=backend)
+    x = torch.randn(128, 256, device="cuda").to(torch.bfloat16)
+    assert rel(compiled(x), ref(x)) < 2e-2
+    x2 = torch.randn(128, 256, device="cuda").to(torch.bfloat16)
+    assert rel(compiled(x2), ref(x2)) < 2e-2
+
+
+def test_graph_capture_of_a_linear_layer_replays_new_inputs():
+    layer = wsgemm.nn.Linear(256, 384, dtype=torch.bfloat16, device="cuda")
+    x = torch.randn(64, 256, device="cuda").to(torch.bfloat16)
+    with torch.no_grad():
+        layer(x)  # plan and compile outside the capture
+        torch.cuda.synchronize()
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            y = layer(x)
+        for _ in range(2):
+            x.copy_(torch.randn(64, 256, device="cuda").to(torch.bfloat16))
+            graph.replay()
+            torch.cuda.synchronize()
+            ref = torch.nn.functional.linear(x.float(), layer.weight.float(), layer.bias.float())
+            assert rel(y, ref) < 1e-2

@@ -1,0 +1,77 @@
+"""wsgemm as a PyTorch operator, checked without a GPU: the fake implementation's
+shapes, dtypes and strides, tracing by torch.compile without graph breaks, and the
+nn.Linear drop-in's parameters."""
+
+import pytest
+import torch
+from torch._subclasses.fake_tensor import FakeTensorMode
+
+import wsgemm
+import wsgemm.ops  # noqa: F401  (registers torch.ops.wsgemm.gemm)
+from wsgemm import ShapeError, UnsupportedDtypeError
+
+
+@pytest.mark.parametrize(
+    "a_shape, b_shape, out_dtype, expected",
+    [
+        ((64, 32), (32, 48), None, ((64, 48), torch.bfloat16)),
+        ((3, 64, 32), (3, 32, 48), torch.float32, ((3, 64, 48), torch.float32)),
+        ((3, 64, 32), (32, 48), None, ((3, 64, 48), torch.bfloat16)),
+        ((64, 32), (5, 32, 48), torch.float16, ((5, 64, 48), torch.float16)),
+    ],
+)
+def test_fake_implementation_gives_shape_dtype_and_contiguous_strides(a_shape, b_shape, out_dtype, expected):
+    with FakeTensorMode():
+        a = torch.empty(a_shape, dtype=torch.bfloat16, device="cuda")
+        b = torch.empty(b_shape, dtype=torch.bfloat16, device="cuda")
+        d = torch.ops.wsgemm.gemm(a, b, out_dtype)
+    shape, dtype = expected
+    assert tuple(d.shape) == shape and d.dtype == dtype and d.is_contiguous()
+
+
+def test_fake_implementation_rejects_what_the_kernel_rejects():
+    with FakeTensorMode():
+        a = torch.empty(64, 32, dtype=torch.bfloat16, device="cuda")
+        with pytest.raises(ShapeError, match="K=32"):
+            torch.ops.wsgemm.gemm(a, torch.empty(16, 8, dtype=torch.bfloat16, device="cuda"))
+        with pytest.raises(UnsupportedDtypeError):
+            torch.ops.wsgemm.gemm(a, torch.empty(32, 8, dtype=torch.float16, device="cuda"))
+
+
+def test_torch_compile_traces_a_module_without_graph_breaks():
+    class MLP(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.up = wsgemm.nn.Linear(32, 64, bias=True, dtype=torch.bfloat16, device="meta")
+            self.down = wsgemm.nn.Linear(64, 32, bias=False, dtype=torch.bfloat16, device="meta")
+
+        def forward(self, x):
+            return self.down(torch.relu(self.up(x)))
+
+    model = MLP()
+    x = torch.empty(2, 8, 32, dtype=torch.bfloat16, device="meta")
+    explanation = torch._dynamo.explain(model)(x)
+    assert explanation.graph_break_count == 0 and explanation.graph_count == 1
+    ops = [n.target for g in explanation.graphs for n in g.graph.nodes if n.op == "call_function"]
+    assert any("wsgemm" in str(op) for op in ops)
+    y = torch.compile(model, fullgraph=True, backend="eager")(x)  # meta tensors: the fake impl runs
+    assert y.shape == (2, 8, 32) and y.dtype == torch.bfloat16
+
+
+def test_out_and_config_are_eager_only():
+    a = torch.empty(8, 8, dtype=torch.bfloat16, requires_grad=True)
+    with pytest.raises(ValueError, match="out= is not supported when an input requires grad"):
+        wsgemm.gemm(a, a, out=torch.empty(8, 8, dtype=torch.bfloat16))
+    with pytest.raises(ValueError, match="config= is eager-only"):
+        wsgemm.gemm(a, a, config=wsgemm.GemmConfig())
+
+
+def test_linear_is_a_drop_in_for_torch_linear():
+    ref = torch.nn.Linear(32, 16, dtype=torch.bfloat16)
+    layer = wsgemm.nn.Linear(32, 16, dtype=torch.bfloat16)
+    layer.load_state_dict(ref.state_dict())
+    assert isinstance(layer, torch.nn.Linear)
+    assert torch.equal(layer.weight, ref.weight) and torch.equal(layer.bias, ref.bias)
+    shared = wsgemm.nn.Linear.from_linear(ref)
+    assert shared.weight is ref.weight and shared.bias is ref.bias
+    assert set(shared.state_dict()) == {"weight", "bias"}
