@@ -82,3 +82,22 @@ def test_a_real_compile_is_cached(monkeypatch):
 def test_disk_key_depends_on_spec_and_code():
     assert compile_mod.disk_key(spec()) == compile_mod.disk_key(spec())
     assert compile_mod.disk_key(spec()) != compile_mod.disk_key(spec(tile_n=128))
+
+
+def test_a_compiled_kernel_round_trips_through_the_disk_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("WSGEMM_CACHE_DIR", str(tmp_path))
+    s = spec(tile_m=64, tile_n=64)
+    compiled = compile_mod.compile_spec(s)
+    path = compile_mod.save_to_disk(s, compiled.fn)
+    assert path is not None and path.exists() and path.parent == tmp_path
+    loaded = compile_mod.load_from_disk(s)
+    assert loaded is not None and callable(loaded)
+    assert compile_mod.load_from_disk(spec(tile_m=64, tile_n=128)) is None  # another spec: a miss
+
+
+def test_a_corrupt_cache_file_is_ignored_with_a_warning(tmp_path, monkeypatch):
+    monkeypatch.setenv("WSGEMM_CACHE_DIR", str(tmp_path))
+    s = spec(tile_m=64, tile_n=64)
+    (tmp_path / f"k{compile_mod.disk_key(s)}.o").write_bytes(b"not an object file")
+    with pytest.warns(RuntimeWarning, match="ignoring disk-cached kernel"):
+        assert compile_mod.load_from_disk(s) is None

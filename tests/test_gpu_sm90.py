@@ -49,8 +49,13 @@ def check(d, a, b, dtype=None):
     rel = (diff.norm() / ref.norm()).item()
     tol = TOLERANCE[d.dtype]
     assert rel < tol, f"relative Frobenius error {rel:.3e} >= {tol:.0e}"
-    rows = diff.reshape(-1, diff.shape[-1]).norm(dim=-1) / ref.reshape(-1, ref.shape[-1]).norm(dim=-1).clamp_min(1e-30)
-    assert rows.max().item() < 5 * tol, f"worst row error {rows.max().item():.3e}: a tile is wrong"
+    # Each row's error against the typical (RMS) row norm: a wrong or unwritten tile
+    # shows up as an error comparable to the row itself, while a row whose exact value
+    # happens to be tiny (N = 1) cannot blow the ratio up.
+    row_errors = diff.reshape(-1, diff.shape[-1]).norm(dim=-1)
+    rms_row = ref.norm() / row_errors.numel() ** 0.5
+    worst = (row_errors.max() / rms_row).item()
+    assert worst < 5 * tol, f"worst row error {worst:.3e} of a typical row: a tile is wrong"
 
 
 def run(a, b, **kwargs):

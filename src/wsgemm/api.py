@@ -239,32 +239,25 @@ _KERNEL_MAJOR = {("a", "cols"): "k", ("a", "rows"): "m", ("b", "cols"): "n", ("b
                  ("d", "cols"): "n", ("d", "rows"): "m"}
 
 
-def _output_major(out, shape, dtype) -> str | None:
-    if out is not None:
-        return tma_major(out)
-    return "cols" if shape[-1] % alignment_elems(dtype) == 0 else None
-
-
 def _choose_mode(a, b, out, shape, dtype) -> tuple[str, tuple]:
     """(mode, (a, b, d) unit-stride modes) for a launchable product."""
-    d_major = _output_major(out, shape, dtype)
-    a_major, b_major = tma_major(a), tma_major(b)
+    # Without out=, Plan.run allocates a contiguous result: reason about its layout.
+    d = out if out is not None else torch.empty(shape, dtype=dtype, device="meta")
+    a_major, b_major, d_major = tma_major(a), tma_major(b), tma_major(d)
     if a.dim() == b.dim() and a_major and b_major and d_major:
         return "direct", (a_major, b_major, d_major)
     if a.dim() == 3 and b.dim() == 2 and a_major == "cols" and b_major and d_major == "cols":
         # Rows of every batch stack evenly: one (L*M, K) @ (K, N) product.
-        folds = a.stride(0) == a.shape[1] * a.stride(1) and (out is None or out.stride(0) == out.shape[1] * out.stride(1))
-        if folds:
+        if a.stride(0) == a.shape[1] * a.stride(1) and d.stride(0) == d.shape[1] * d.stride(1):
             return "fold", (a_major, b_major, d_major)
     batches = shape[0] if len(shape) == 3 else 1
 
-    def copy_major(t3):  # what _run_with_copies will hand the kernel
+    def copy_major(t3):  # what Plan._run_with_copies will hand the kernel
         view = readable_view(t3)
         return "cols" if view is None else tma_major(view)  # copies are row-contiguous
 
-    d3 = None if out is None else (out if out.dim() == 3 else out.unsqueeze(0))
     return "copy", (copy_major(_as_batched(a, batches)), copy_major(_as_batched(b, batches)),
-                    "cols" if d3 is None else copy_major(d3))
+                    copy_major(d if d.dim() == 3 else d.unsqueeze(0)))
 
 
 def make_plan(a, b, out, out_dtype, config) -> Plan:

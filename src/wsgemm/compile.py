@@ -183,7 +183,7 @@ def save_to_disk(spec: KernelSpec, fn) -> Path | None:
     try:
         root.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryDirectory(dir=root) as tmp:
-            fn.export_to_c(tmp, f"k{key}", function_prefix=f"wsgemm_{key}")
+            fn.export_to_c(str(Path(tmp) / f"k{key}.o"), function_name=f"wsgemm_{key}")
             os.replace(Path(tmp) / f"k{key}.o", root / f"k{key}.o")  # atomic publish
         return root / f"k{key}.o"
     except Exception as exc:

@@ -15,13 +15,15 @@ def choose_config(arch: str, m: int, n: int, k: int, batches: int, sm_count: int
         return _choose_sm100(m, n, batches, sm_count)
     # Few rows: a 64-row tile (one consumer warpgroup) wastes less of the MMA.
     tile_m = 64 if m <= 64 else 128
-    tile_n = 256
-    # Too few 128x256 tiles to occupy every SM: halve the tile so more SMs work.
-    if ceil_div(m, tile_m) * ceil_div(n, tile_n) * batches < sm_count:
-        tile_n = 128
+    # The widest tile that still gives every SM work: small and skinny problems are
+    # bound by how many SMs stream operands, not by the MMA.
+    for tile_n in (256, 128, 64):
+        if ceil_div(m, tile_m) * ceil_div(n, tile_n) * batches >= sm_count:
+            break
+    tiles = ceil_div(m, tile_m) * ceil_div(n, tile_n) * batches
     # A 2-CTA cluster along M shares each B tile through multicast, halving B's L2
     # traffic; only worth it when there are at least two M tiles to pair.
-    cluster_m = 2 if ceil_div(m, tile_m) >= 2 and ceil_div(m, tile_m) * ceil_div(n, tile_n) * batches >= 2 * sm_count else 1
+    cluster_m = 2 if ceil_div(m, tile_m) >= 2 and tiles >= 2 * sm_count else 1
     return GemmConfig(
         tile_m=tile_m,
         tile_n=tile_n,
