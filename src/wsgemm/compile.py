@@ -49,7 +49,7 @@ def _example_args(spec: KernelSpec):
     from cutlass.cute.runtime import make_fake_stream, make_fake_tensor
 
     from .config import DTYPE_BYTES
-    from .kernels.sm90 import CUTLASS_DTYPES
+    from .kernels.common.base import CUTLASS_DTYPES
 
     m, n, k, batches = (cute.sym_int() for _ in range(4))
 

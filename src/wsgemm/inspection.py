@@ -10,7 +10,6 @@ import re
 import shutil
 import struct
 import subprocess
-from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 

@@ -33,7 +33,6 @@ import cutlass
 import cutlass.cute as cute
 import cutlass.memory
 import cutlass.pipeline
-import cutlass.tensor_utils
 import cutlass.utils.blackwell_helpers as sm100_helpers
 from cutlass import Boolean, Int32
 from cutlass.cute.nvgpu import cpasync, tcgen05
@@ -43,7 +42,7 @@ from .. import hardware
 from .common import scheduler, stages
 from .common.pipeline import AccRing, SmemRing, empty_arrivals, produce_k_blocks, release_mask
 from .common.views import gemm_views
-from .sm90 import CUTLASS_DTYPES
+from .common.base import GemmKernelBase
 
 EPILOGUE_WARPS = (0, 1, 2, 3)  # tcgen05.ld: warp w reads TMEM lanes 32*(w%4) .. +31
 MMA_WARP = 4
@@ -54,32 +53,18 @@ EPILOGUE_BARRIER_ID = 1  # named barrier among the epilogue warps
 TMEM_ALLOC_BARRIER_ID = 2  # MMA + epilogue warps wait for the allocation
 
 
-class Sm100Gemm:
+class Sm100Gemm(GemmKernelBase):
     """Builds the SM100 kernel for one :class:`wsgemm.config.KernelSpec`."""
 
+    arch = "sm100"
+
     def __init__(self, spec: cfg.KernelSpec):
-        if spec.arch != "sm100":
-            raise ValueError(f"Sm100Gemm needs an sm100 spec, got {spec.arch}")
-        self.spec = spec
-        c = spec.config
-        self.config = c
-        self.ab_dtype = CUTLASS_DTYPES[spec.ab_dtype]
-        self.d_dtype = CUTLASS_DTYPES[spec.out_dtype]
-        self.acc_dtype = cutlass.Float32
-        self.pair = cfg.cta_pair(c)
+        super().__init__(spec)
+        c = self.config
         self.cta_group = tcgen05.CtaGroup.TWO if c.two_cta else tcgen05.CtaGroup.ONE
         self.mma_tiler = (c.tile_m * self.pair, c.tile_n, c.tile_k)
-        self.num_stages = c.stages
         self.acc_stages = c.acc_stages
-        self.epi_stages = c.epi_stages
         self.tmem_columns = cfg.tmem_columns(spec)
-        self.cluster_shape_mnk = (c.cluster_m, c.cluster_n, 1)
-        self.along_m = c.raster == cfg.Raster.ALONG_M
-        self.lookahead = c.lookahead
-        L = cutlass.tensor_utils.LayoutEnum
-        self.a_layout = L.ROW_MAJOR if spec.a_major == "k" else L.COL_MAJOR
-        self.b_layout = L.ROW_MAJOR if spec.b_major == "k" else L.COL_MAJOR
-        self.d_layout = L.ROW_MAJOR if spec.d_major == "n" else L.COL_MAJOR
 
     # ------------------------------------------------------------------------------
     # Host side
@@ -256,16 +241,6 @@ class Sm100Gemm:
             self.mma(ring, acc, tmem, tiled_mma, acc_layout, sA, sB, sched, k_blocks, is_leader, rank)
         else:
             self.epilogue(acc, tmem, thr_mma, acc_layout, gD, sD, tma_d, epi_tile, sched, tidx, warp, rank)
-
-    @cute.jit
-    def tile_of(self, work, sched):
-        clusters_m, clusters_n, _, cta_m, cta_n, _, _ = sched
-        c_m, c_n, batch = scheduler.cluster_coord_of_work(
-            work, clusters_m, clusters_n, self.along_m, self.config.swizzle
-        )
-        tile_m = c_m * self.config.cluster_m + cta_m
-        # Operands are tiled by MMA (a 2-CTA pair shares one 256-row tile).
-        return tile_m // self.pair, c_n * self.config.cluster_n + cta_n, batch
 
     # -- producer (TMA warp) -----------------------------------------------------------
 

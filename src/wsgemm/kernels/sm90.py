@@ -24,53 +24,36 @@ import cutlass
 import cutlass.cute as cute
 import cutlass.pipeline
 import cutlass.memory
-import cutlass.tensor_utils
-import cutlass.utils
 import cutlass.utils.hopper_helpers as sm90_helpers
 from cutlass import Boolean, Int32
 
 from .. import config as cfg
 from .. import hardware
 from .common import scheduler, stages
+from .common.base import GemmKernelBase
 from .common.views import gemm_views
 from .common.pipeline import SmemRing, empty_arrivals, produce_k_blocks, release_mask
-
-CUTLASS_DTYPES = {"fp16": cutlass.Float16, "bf16": cutlass.BFloat16, "fp32": cutlass.Float32}
 
 # Named barrier 0 is __syncthreads; the consumers' epilogue rendezvous uses 1.
 EPILOGUE_BARRIER_ID = 1
 
 
-class Sm90Gemm:
+class Sm90Gemm(GemmKernelBase):
     """Builds the SM90 kernel for one :class:`wsgemm.config.KernelSpec`."""
 
+    arch = "sm90"
+
     def __init__(self, spec: cfg.KernelSpec):
-        if spec.arch != "sm90":
-            raise ValueError(f"Sm90Gemm needs an sm90 spec, got {spec.arch}")
-        self.spec = spec
-        c = spec.config
-        self.config = c
-        self.ab_dtype = CUTLASS_DTYPES[spec.ab_dtype]
-        self.d_dtype = CUTLASS_DTYPES[spec.out_dtype]
-        self.acc_dtype = cutlass.Float32
+        super().__init__(spec)
+        c = self.config
         self.tile_mnk = (c.tile_m, c.tile_n, c.tile_k)
         self.epi_tile = cfg.epilogue_tile(spec)
-        self.num_stages = c.stages
-        self.epi_stages = c.epi_stages
         self.consumer_wgs = cfg.consumer_warpgroups(c)
         self.consumer_threads = self.consumer_wgs * hardware.THREADS_PER_WARPGROUP
         self.threads = (1 + self.consumer_wgs) * hardware.THREADS_PER_WARPGROUP
         regs = cfg.sm90_register_budget(c)
         self.producer_regs = regs.producer_registers
         self.consumer_regs = regs.consumer_registers
-        self.cluster_shape_mnk = (c.cluster_m, c.cluster_n, 1)
-        self.along_m = c.raster == cfg.Raster.ALONG_M
-        self.lookahead = c.lookahead
-        # LayoutEnum speaks of rows: "row major" A/B means K-major, "row major" D N-major.
-        L = cutlass.tensor_utils.LayoutEnum
-        self.a_layout = L.ROW_MAJOR if spec.a_major == "k" else L.COL_MAJOR
-        self.b_layout = L.ROW_MAJOR if spec.b_major == "k" else L.COL_MAJOR
-        self.d_layout = L.ROW_MAJOR if spec.d_major == "n" else L.COL_MAJOR
 
     # ------------------------------------------------------------------------------
     # Host side: tensors, TMA descriptors, shared-memory plan, launch
@@ -259,14 +242,6 @@ class Sm90Gemm:
             self.consumer(
                 ring, tiled_mma, sA, sB, sD, tma_d, mD, sched, k_blocks, tidx, warp
             )
-
-    @cute.jit
-    def tile_of(self, work, sched):
-        clusters_m, clusters_n, _, cta_m, cta_n, _, _ = sched
-        c_m, c_n, batch = scheduler.cluster_coord_of_work(
-            work, clusters_m, clusters_n, self.along_m, self.config.swizzle
-        )
-        return c_m * self.config.cluster_m + cta_m, c_n * self.config.cluster_n + cta_n, batch
 
     # -- producer (TMA warp) -----------------------------------------------------------
 
