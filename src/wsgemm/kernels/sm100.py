@@ -40,9 +40,10 @@ from cutlass.cute.nvgpu import cpasync, tcgen05
 from .. import config as cfg
 from .. import hardware
 from .common import scheduler, stages
-from .common.pipeline import AccRing, SmemRing, empty_arrivals, produce_k_blocks, release_mask
-from .common.views import gemm_views
 from .common.base import GemmKernelBase
+from .common.epilogue import tma_store_subtile
+from .common.pipeline import AccRing, SmemRing, empty_arrivals, produce_k_blocks, publish_barrier_init, release_mask
+from .common.views import gemm_views
 
 EPILOGUE_WARPS = (0, 1, 2, 3)  # tcgen05.ld: warp w reads TMEM lanes 32*(w%4) .. +31
 MMA_WARP = 4
@@ -214,12 +215,7 @@ class Sm100Gemm(GemmKernelBase):
             is_two_cta=self.config.two_cta,
             two_cta_tmem_dealloc_mbar_ptr=storage.tmem_dealloc_barrier.ptr,
         )
-        cute.arch.mbarrier_init_fence()
-        if cutlass.const_expr(cm * cn > 1):
-            cute.arch.cluster_arrive_relaxed()
-            cute.arch.cluster_wait()
-        else:
-            cute.arch.sync_threads()
+        publish_barrier_init(cm * cn)
 
         sA = storage.sA.get_tensor(a_smem.outer, swizzle=a_smem.inner)
         sB = storage.sB.get_tensor(b_smem.outer, swizzle=b_smem.inner)
@@ -396,15 +392,8 @@ class Sm100Gemm(GemmKernelBase):
                 tRS_rD.store(r2s.retile(tTR_rAcc).load().to(self.d_dtype))
                 buf = epi_count % self.epi_stages
                 cute.copy(r2s, tRS_rD, tRS_sD[(None, None, None, buf)])
-                # st.shared goes through the generic proxy, the TMA store reads
-                # through the async proxy: fence, then make all 128 threads' rows visible.
-                cute.arch.fence_proxy("async.shared", space="cta")
-                epi_barrier.arrive_and_wait()
-                if is_store_warp:
-                    cute.copy(tma_d, tDsD[(None, buf)], tDgD[(None, e)])
-                    cute.arch.cp_async_bulk_commit_group()
-                    cute.arch.cp_async_bulk_wait_group(self.epi_stages - 1, read=True)
-                epi_barrier.arrive_and_wait()
+                tma_store_subtile(tma_d, tDsD[(None, buf)], tDgD[(None, e)], epi_barrier, is_store_warp,
+                                  self.epi_stages)
                 epi_count += 1
             acc.epilogue_release(acc_count, leader_rank, self.config.cluster_size > 1)
             acc_count += 1

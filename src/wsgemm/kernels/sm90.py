@@ -31,8 +31,9 @@ from .. import config as cfg
 from .. import hardware
 from .common import scheduler, stages
 from .common.base import GemmKernelBase
+from .common.epilogue import tma_store_subtile
+from .common.pipeline import SmemRing, empty_arrivals, produce_k_blocks, publish_barrier_init, release_mask
 from .common.views import gemm_views
-from .common.pipeline import SmemRing, empty_arrivals, produce_k_blocks, release_mask
 
 # Named barrier 0 is __syncthreads; the consumers' epilogue rendezvous uses 1.
 EPILOGUE_BARRIER_ID = 1
@@ -217,12 +218,7 @@ class Sm90Gemm(GemmKernelBase):
             ring.init()
         # Barrier initialisation must be visible cluster-wide before any peer arrives
         # on these barriers or multicasts into this CTA.
-        cute.arch.mbarrier_init_fence()
-        if cutlass.const_expr(cm * cn > 1):
-            cute.arch.cluster_arrive_relaxed()
-            cute.arch.cluster_wait()
-        else:
-            cute.arch.sync_threads()
+        publish_barrier_init(cm * cn)
 
         sA = storage.sA.get_tensor(a_smem.outer, swizzle=a_smem.inner)
         sB = storage.sB.get_tensor(b_smem.outer, swizzle=b_smem.inner)
@@ -370,16 +366,8 @@ class Sm90Gemm(GemmKernelBase):
                 tRS_rD.store(tRS_rAcc.load().to(self.d_dtype))
                 buf = epi_count % self.epi_stages
                 cute.copy(r2s, tRS_rD, tRS_sD[(None, None, None, buf)])
-                # stmatrix writes through the generic proxy; TMA reads through the
-                # async proxy, which needs this fence to see them.
-                cute.arch.fence_proxy("async.shared", space="cta")
-                epi_barrier.arrive_and_wait()
-                if is_store_warp:
-                    cute.copy(tma_d, tDsD[(None, buf)], tDgD[(None, e)])
-                    cute.arch.cp_async_bulk_commit_group()
-                    # The buffer written next was read by the store epi_stages-1 back.
-                    cute.arch.cp_async_bulk_wait_group(self.epi_stages - 1, read=True)
-                epi_barrier.arrive_and_wait()
+                tma_store_subtile(tma_d, tDsD[(None, buf)], tDgD[(None, e)], epi_barrier, is_store_warp,
+                                  self.epi_stages)
                 epi_count += 1
             work += num_clusters
         if is_store_warp:

@@ -48,6 +48,19 @@ def release_mask(cta_m, cta_n, cluster_m: int, cluster_n: int, pair: int = 1):
     return mask
 
 
+@cute.jit
+def publish_barrier_init(cluster_size: cutlass.Constexpr):
+    """Make barrier initialisation visible to every thread that may arrive on or wait
+    for these barriers -- cluster-wide when peers multicast into this CTA -- before
+    any role starts."""
+    cute.arch.mbarrier_init_fence()
+    if cutlass.const_expr(cluster_size > 1):
+        cute.arch.cluster_arrive_relaxed()
+        cute.arch.cluster_wait()
+    else:
+        cute.arch.sync_threads()
+
+
 def empty_arrivals(cluster_m: int, cluster_n: int, pair: int, arrivals_per_release: int) -> int:
     """Arrivals that complete one phase of an ``empty`` barrier.
 
