@@ -222,6 +222,9 @@ class Plan:
 
 _plans: dict = {}
 _plans_lock = threading.Lock()
+# Plans are small, but a process that sees endlessly many shapes must not grow without
+# bound: past this many, start over (replanning is cheap; kernels stay compiled).
+MAX_PLANS = 4096
 
 
 def _signature(a, b, out, out_dtype, config):
@@ -334,6 +337,8 @@ def gemm_eager(a, b, out=None, out_dtype=None, config=None) -> torch.Tensor:
         plan = make_plan(a, b, out, out_dtype, config)  # raises the argument errors
         if key is not None:
             with _plans_lock:
+                if len(_plans) >= MAX_PLANS:
+                    _plans.clear()
                 _plans[key] = plan
     if plan.device.index != torch.cuda.current_device():
         with torch.cuda.device(plan.device):

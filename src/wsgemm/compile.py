@@ -11,7 +11,6 @@ from __future__ import annotations
 import functools
 import hashlib
 import os
-import re
 import tempfile
 import threading
 import time
@@ -80,9 +79,6 @@ class CompiledGemm:
     ptx: str | None = None
     cubin_path: str | None = None
     extra: dict = field(default_factory=dict)
-
-    def __call__(self, *args):
-        return self.fn(*args)
 
 
 def _artifact_text(value) -> str | None:
@@ -253,9 +249,3 @@ class CompileCache:
 
 
 KERNEL_CACHE = CompileCache()
-
-
-def ptx_kernel_body(ptx: str) -> str:
-    """The text of the first ``.entry`` in ``ptx`` (the kernel, not host stubs)."""
-    match = re.search(r"\.entry\s", ptx)
-    return ptx[match.start():] if match else ptx

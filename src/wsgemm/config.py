@@ -6,7 +6,6 @@ checked here, before anything is compiled or launched.
 from __future__ import annotations
 
 import enum
-import math
 from dataclasses import dataclass, field, replace
 
 from . import hardware
@@ -186,18 +185,18 @@ def consumer_warpgroups(config: GemmConfig) -> int:
     return max(1, config.tile_m // 64)
 
 
-def smem_budget(spec: KernelSpec, stages: int | None = None) -> SmemBudget:
-    cfg = spec.config
+def smem_budget(spec: KernelSpec) -> SmemBudget:
+    """Shared memory per CTA: the ring (``config.stages``, or as many as fit up to
+    ``MAX_STAGES``), the epilogue buffers and the reserve for barriers and padding."""
+    c = spec.config
     in_bytes = DTYPE_BYTES[spec.ab_dtype]
-    out_bytes = DTYPE_BYTES[spec.out_dtype]
-    a_stage = cfg.tile_m * cfg.tile_k * in_bytes
+    a_stage = c.tile_m * c.tile_k * in_bytes
     # A 2-CTA MMA splits B's N columns between the pair: each CTA holds half.
-    b_stage = cfg.tile_n // cta_pair(cfg) * cfg.tile_k * in_bytes
+    b_stage = c.tile_n // cta_pair(c) * c.tile_k * in_bytes
     epi_m, epi_n = epilogue_tile(spec)
-    epi = epi_m * epi_n * out_bytes * cfg.epi_stages
+    epi = epi_m * epi_n * DTYPE_BYTES[spec.out_dtype] * c.epi_stages
     capacity = spec.facts.smem_per_cta_bytes
-    if stages is None:
-        stages = cfg.stages
+    stages = c.stages
     if stages is None:
         stages = min(MAX_STAGES, (capacity - epi - SMEM_RESERVED_BYTES) // (a_stage + b_stage))
     return SmemBudget(a_stage, b_stage, epi, SMEM_RESERVED_BYTES, stages, capacity)
@@ -346,7 +345,3 @@ def _check_sm90(config: GemmConfig) -> None:
             f"thread at most {regs.consumer_registers - SM90_CONSUMER_REGISTER_OVERHEAD} fit; "
             "use a smaller tile_n"
         )
-
-
-def tiles_per_dim(extent: int, tile: int) -> int:
-    return math.ceil(extent / tile)
