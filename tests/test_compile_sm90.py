@@ -81,3 +81,44 @@ def test_other_policies_do_not_probe_before_the_copies(policy):
     spec, compiled = build(config=GemmConfig(lookahead=policy))
     assert_core_structure(spec, compiled)
     assert not producer_probe_precedes_copies(compiled.ptx)
+
+
+@pytest.mark.parametrize(
+    "config",
+    [GemmConfig(tile_m=64, tile_n=64, split_k=2), GemmConfig(tile_m=128, tile_n=256, split_k=3),
+     GemmConfig(tile_m=128, tile_n=128, cluster_m=2, split_k=4)],
+    ids=lambda c: c.short(),
+)
+def test_split_k_kernels_publish_partials_with_release_and_wait_with_acquire(config):
+    """The fix-up's memory-model contract, as compiled: each non-final split fences
+    its partial-sum stores at GPU scope and counts itself with a release add; the
+    last split polls the flag with acquire loads and resets it."""
+    spec, compiled = build(config=config)
+    assert_core_structure(spec, compiled)
+    ptx = compiled.ptx
+    assert "fence.acq_rel.gpu" in ptx
+    assert "red.release.gpu.global.add.s32" in ptx
+    assert "ld.acquire.gpu.global" in ptx
+    assert "st.relaxed.gpu.global.b32" in ptx  # the flag's reset
+    # Fragment-order partial sums: one fp32 store per accumulator register.
+    acc_per_thread = config.tile_m * config.tile_n // (cfg.consumer_warpgroups(config) * 128)
+    assert ptx.count("st.global.b32") + 4 * ptx.count("st.global.v4") >= acc_per_thread
+
+
+def test_plain_kernels_have_no_split_k_fixup():
+    _, compiled = build()
+    assert "red.release.gpu" not in compiled.ptx and "ld.acquire.gpu" not in compiled.ptx
+
+
+@pytest.mark.parametrize(
+    "config, majors",
+    [(GemmConfig(tile_m=64, tile_n=16, split_k=2), ("k", "k", "m")),
+     (GemmConfig(tile_m=128, tile_n=32), ("k", "k", "m")),
+     (GemmConfig(tile_m=128, tile_n=16, split_k=4), ("k", "k", "n"))],
+    ids=lambda v: v.short() if isinstance(v, GemmConfig) else "".join(v),
+)
+def test_narrow_n_tiles_for_swapped_decode_compile(config, majors):
+    """swap_ab puts the tokens on N: 16- and 32-wide wgmma tiles, M-major D (D^T)."""
+    spec, compiled = build(majors=majors, config=config)
+    assert_core_structure(spec, compiled)
+    assert f"m64n{config.tile_n}k16" in compiled.ptx

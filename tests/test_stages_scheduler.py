@@ -41,7 +41,8 @@ def test_every_output_tile_is_computed_exactly_once(tiles_m, tiles_n, batches, c
     for c in range(clusters):
         for cm in range(cluster_m):
             for cn in range(cluster_n):
-                for m, n, l in grid.cta_tiles(c, clusters, cm, cn):
+                for m, n, l, split in grid.cta_work(c, clusters, cm, cn):
+                    assert split == 0
                     seen[(m, n, l)] += 1
     real = {(m, n, l): 1 for m in range(tiles_m) for n in range(tiles_n) for l in range(batches)}
     assert {t: v for t, v in seen.items() if t[0] < tiles_m and t[1] < tiles_n} == real
@@ -69,3 +70,40 @@ def test_persistent_grid_never_exceeds_work_or_residency():
     grid = TileGrid(3, 2, 1)
     assert grid.launch_clusters(132) == 6
     assert TileGrid(64, 32, 1).launch_clusters(132) == 132
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    tiles_m=st.integers(1, 6),
+    tiles_n=st.integers(1, 6),
+    batches=st.integers(1, 2),
+    cluster_m=st.sampled_from([1, 2]),
+    split_k=st.integers(2, 5),
+    clusters=st.integers(1, 30),
+)
+def test_split_k_covers_every_split_once_and_cannot_deadlock(tiles_m, tiles_n, batches, cluster_m, split_k,
+                                                              clusters):
+    """Each (tile, split) runs once; and with every cluster resident and walking its
+    items in order, a last split (which waits for the tile's other splits) never
+    waits forever: simulate the clusters stepping in lock-step rounds."""
+    grid = TileGrid(tiles_m, tiles_n, batches, cluster_m, 1, True, 1, split_k)
+    clusters = grid.launch_clusters(clusters)
+    queues = [list(grid.cta_work(c, clusters, 0, 0)) for c in range(clusters)]
+    items = Counter(item for q in queues for item in q)
+    assert set(items.values()) == {1}
+    assert {(m, n, l) for m, n, l, _ in items} == {
+        (m, n, l) for m in range(grid.clusters_m * cluster_m) if m % cluster_m == 0
+        for n in range(tiles_n) for l in range(batches)}
+    done = Counter()
+    while any(queues):
+        progressed = False
+        for q in queues:
+            if not q:
+                continue
+            m, n, l, split = q[0]
+            if split == split_k - 1 and done[(m, n, l)] < split_k - 1:
+                continue  # the last split spins on the tile's arrival flag
+            done[(m, n, l)] += 1
+            q.pop(0)
+            progressed = True
+        assert progressed, "every remaining cluster is waiting: deadlock"

@@ -43,9 +43,10 @@ def _example_args(spec: KernelSpec):
     the TVM-FFI call checks them on every call. The stream is the caller's current
     one, read by TVM-FFI from PyTorch.
     """
+    import cutlass
     import cutlass.cute as cute
     from cutlass import Int32
-    from cutlass.cute.runtime import make_fake_stream, make_fake_tensor
+    from cutlass.cute.runtime import make_fake_compact_tensor, make_fake_stream, make_fake_tensor
 
     from .config import DTYPE_BYTES
     from .kernels.common.base import CUTLASS_DTYPES
@@ -60,13 +61,23 @@ def _example_args(spec: KernelSpec):
             shape, stride = (batches, *shape), (cute.sym_int64(divisibility=align), *stride)
         return make_fake_tensor(CUTLASS_DTYPES[dtype_name], shape, stride, assumed_align=TMA_ALIGNMENT_BYTES)
 
-    return [
+    operands = [
         fake(spec.ab_dtype, m, k, spec.a_major == "k"),  # A (M, K)
         fake(spec.ab_dtype, k, n, spec.b_major == "n"),  # B (K, N): row-major is N-major
         fake(spec.out_dtype, m, n, spec.d_major == "n"),  # D (M, N)
+    ]
+    if spec.config.split_k > 1:  # the workspace: arrival flags, fp32 partial sums
+        operands += [make_fake_compact_tensor(cutlass.Int32, (cute.sym_int(),), assumed_align=16),
+                     make_fake_compact_tensor(cutlass.Float32, (cute.sym_int64(),), assumed_align=16)]
+    return operands + [
         Int32(1),  # clusters in the persistent grid
         make_fake_stream(use_tvm_ffi_env_stream=True),
     ]
+
+
+def _entry_point(kernel, spec: KernelSpec):
+    """The builder's host function matching :func:`_example_args`."""
+    return kernel.call_split_k if spec.config.split_k > 1 else kernel
 
 
 @dataclass
@@ -105,7 +116,7 @@ def compile_spec(spec: KernelSpec, *, keep_artifacts: bool = False, dump_dir: st
         os.makedirs(dump_dir, exist_ok=True)
         options += ["--keep-ptx", "--keep-cubin", f"--dump-dir {dump_dir}"]
     start = time.perf_counter()
-    fn = cute.compile(kernel, *_example_args(spec), options=" ".join(options))
+    fn = cute.compile(_entry_point(kernel, spec), *_example_args(spec), options=" ".join(options))
     seconds = time.perf_counter() - start
     compiled = CompiledGemm(spec, fn, seconds,
                             extra={"smem_bytes": kernel.smem_bytes, "tx_bytes": kernel.tx_bytes})

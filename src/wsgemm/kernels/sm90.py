@@ -14,7 +14,10 @@ Warp roles of a CTA (``1 + consumer_warpgroups`` warpgroups of 128 threads):
 
 Pipelines: ``SmemRing`` (TMA -> wgmma, full/empty mbarriers) and the epilogue's
 bulk-store groups (``cp.async.bulk.wait_group.read`` guards smem reuse).
-Scheduling: :mod:`.common.scheduler`, identical in both roles.
+Scheduling: :mod:`.common.scheduler`, identical in both roles. With
+``config.split_k > 1`` a work item is one K range of a tile; the consumers of all
+but the last split publish fp32 partial sums instead of running the epilogue
+(:mod:`.common.split_k`), which changes no barrier of the pipeline.
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ from cutlass import Boolean, Int32
 
 from .. import config as cfg
 from .. import hardware
-from .common import scheduler, stages
+from .common import scheduler, split_k, stages
 from .common.base import GemmKernelBase
 from .common.epilogue import tma_store_subtile
 from .common.pipeline import SmemRing, empty_arrivals, produce_k_blocks, publish_barrier_init, release_mask
@@ -70,6 +73,27 @@ class Sm90Gemm(GemmKernelBase):
         stream: cuda_driver.CUstream,
     ):
         """Host side. Operands arrive in torch layouts (see ``common.views``)."""
+        # Without split-K there is no workspace; D stands in for it, unused.
+        self.launch(mA_torch, mB_torch, mD_torch, mD_torch, mD_torch, num_clusters, stream)
+
+    @cute.jit
+    def call_split_k(
+        self,
+        mA_torch: cute.Tensor,
+        mB_torch: cute.Tensor,
+        mD_torch: cute.Tensor,
+        flags: cute.Tensor,
+        partials: cute.Tensor,
+        num_clusters: Int32,
+        stream: cuda_driver.CUstream,
+    ):
+        """Host side of a split-K kernel: also takes the workspace (int32 arrival flags,
+        fp32 partial sums; sizes from ``common.split_k.workspace_elems``)."""
+        self.launch(mA_torch, mB_torch, mD_torch, flags, partials, num_clusters, stream)
+
+    @cute.jit
+    def launch(self, mA_torch, mB_torch, mD_torch, flags, partials, num_clusters: Int32,
+               stream: cuda_driver.CUstream):
         mA, mB, mD = gemm_views(mA_torch, mB_torch, mD_torch, self.spec.batched)
         m, k, batches = mA.shape
         n = mB.shape[0]
@@ -164,6 +188,8 @@ class Sm90Gemm(GemmKernelBase):
             clusters_n,
             batches,
             k_blocks,
+            flags,
+            partials,
         ).launch(
             grid=(self.config.cluster_m, self.config.cluster_n, num_clusters),
             block=(self.threads, 1, 1),
@@ -194,6 +220,8 @@ class Sm90Gemm(GemmKernelBase):
         clusters_n: Int32,
         batches: Int32,
         k_blocks: Int32,
+        flags: cute.Tensor,
+        partials: cute.Tensor,
     ):
         warp = cute.arch.make_warp_uniform(cute.arch.warp_idx())
         tidx, _, _ = cute.arch.thread_idx()
@@ -236,7 +264,7 @@ class Sm90Gemm(GemmKernelBase):
         else:
             cute.arch.setmaxregister_increase(self.consumer_regs)
             self.consumer(
-                ring, tiled_mma, sA, sB, sD, tma_d, mD, sched, k_blocks, tidx, warp
+                ring, tiled_mma, sA, sB, sD, tma_d, mD, sched, k_blocks, tidx, warp, flags, partials
             )
 
     # -- producer (TMA warp) -----------------------------------------------------------
@@ -266,19 +294,22 @@ class Sm90Gemm(GemmKernelBase):
         if cutlass.const_expr(self.lookahead == cfg.Lookahead.BEFORE_COPY):
             token = ring.producer_try_acquire(count)
 
-        total_work = clusters_m * clusters_n * batches
+        splits = self.config.split_k
+        total_work = clusters_m * clusters_n * batches * splits
         work = cluster_id
         while work < total_work:
-            tile_m, tile_n, batch = self.tile_of(work, sched)
+            tile_work, split = split_k.split_of_work(work, splits)
+            tile_m, tile_n, batch = self.tile_of(tile_work, sched)
+            kb_first, kb_count = split_k.k_range(split, k_blocks, splits)
 
             def issue_copies(kb, slot, full):
-                cute.copy(tma_a, tAgA[(None, tile_m, kb, batch)], tAsA[(None, slot)],
+                cute.copy(tma_a, tAgA[(None, tile_m, kb_first + kb, batch)], tAsA[(None, slot)],
                           tma_bar_ptr=full, mcast_mask=a_mask)
-                cute.copy(tma_b, tBgB[(None, tile_n, kb, batch)], tBsB[(None, slot)],
+                cute.copy(tma_b, tBgB[(None, tile_n, kb_first + kb, batch)], tBsB[(None, slot)],
                           tma_bar_ptr=full, mcast_mask=b_mask)
 
             count, token = produce_k_blocks(
-                ring, count, token, k_blocks, self.lookahead, Boolean(True), issue_copies
+                ring, count, token, kb_count, self.lookahead, Boolean(True), issue_copies
             )
             work += num_clusters
         ring.producer_tail(count)
@@ -287,7 +318,7 @@ class Sm90Gemm(GemmKernelBase):
 
     @cute.jit
     def consumer(self, ring: SmemRing, tiled_mma, sA, sB, sD, tma_d, mD, sched, k_blocks: Int32,
-                 tidx: Int32, warp: Int32):
+                 tidx: Int32, warp: Int32, flags: cute.Tensor, partials: cute.Tensor):
         clusters_m, clusters_n, batches, cta_m, cta_n, cluster_id, num_clusters = sched
         cm, cn = self.config.cluster_m, self.config.cluster_n
         consumer_tidx = tidx - hardware.THREADS_PER_WARPGROUP
@@ -330,14 +361,17 @@ class Sm90Gemm(GemmKernelBase):
         read = Int32(0)  # k-blocks consumed so far, across tiles
         epi_count = Int32(0)  # epilogue sub-tiles stored so far, rotates sD buffers
         tiled_mma.set(cute.nvgpu.warpgroup.Field.ACCUMULATE, True)
-        total_work = clusters_m * clusters_n * batches
+        splits = self.config.split_k
+        total_work = clusters_m * clusters_n * batches * splits
         work = cluster_id
         while work < total_work:
-            tile_m, tile_n, batch = self.tile_of(work, sched)
+            tile_work, split = split_k.split_of_work(work, splits)
+            tile_m, tile_n, batch = self.tile_of(tile_work, sched)
+            _, kb_count = split_k.k_range(split, k_blocks, splits)
             acc.fill(0.0)
             # Keep one wgmma batch in flight: wait for the previous k-block's wgmma
             # (not this one's) before releasing the previous slot.
-            for kb in cutlass.range(k_blocks, unroll=1):
+            for kb in cutlass.range(kb_count, unroll=1):
                 ring.consumer_wait(read, ring.consumer_try_wait(read))
                 slot = stages.stage_index(read, self.num_stages)
                 cute.nvgpu.warpgroup.fence()
@@ -350,25 +384,37 @@ class Sm90Gemm(GemmKernelBase):
                     ring.warp_release(read - 1, lane_signals, cm * cn > 1)
                 read += 1
             cute.nvgpu.warpgroup.wait_group(0)
-            if k_blocks > 0:
+            if kb_count > 0:
                 ring.warp_release(read - 1, lane_signals, cm * cn > 1)
 
-            # ---- epilogue: registers -> smem -> TMA store, one sub-tile at a time ----
-            gD_tile = gD[(None, None, tile_m, tile_n, batch)]
-            gD_epi = cute.zipped_divide(gD_tile, self.epi_tile)
-            tDsD, tDgD = cute.nvgpu.cpasync.tma_partition(
-                tma_d, 0, cute.make_layout(1), cute.group_modes(sD, 0, 2), gD_epi
-            )
-            epi_subtiles = cute.size(gD_epi, mode=[1])
-            for e in cutlass.range_constexpr(epi_subtiles):
-                for v in cutlass.range_constexpr(frag_size):
-                    tRS_rAcc[v] = tRS_acc[e * frag_size + v]
-                tRS_rD.store(tRS_rAcc.load().to(self.d_dtype))
-                buf = epi_count % self.epi_stages
-                cute.copy(r2s, tRS_rD, tRS_sD[(None, None, None, buf)])
-                tma_store_subtile(tma_d, tDsD[(None, buf)], tDgD[(None, e)], epi_barrier, is_store_warp,
-                                  self.epi_stages)
-                epi_count += 1
+            is_last_split = Boolean(True)
+            if cutlass.const_expr(splits > 1):
+                # Tiles are numbered over the cluster-padded grid, as the workspace is.
+                tile_id = (batch * (clusters_m * cm) + tile_m) * (clusters_n * cn) + tile_n
+                is_last_split = split == splits - 1
+                if is_last_split:
+                    split_k.accumulate_partials(acc, partials, flags, tile_id, splits,
+                                                consumer_tidx, self.consumer_threads, epi_barrier)
+                else:
+                    split_k.publish_partial(acc, partials, flags, tile_id, split, splits,
+                                            consumer_tidx, self.consumer_threads, epi_barrier)
+            if is_last_split:
+                # ---- epilogue: registers -> smem -> TMA store, one sub-tile at a time ----
+                gD_tile = gD[(None, None, tile_m, tile_n, batch)]
+                gD_epi = cute.zipped_divide(gD_tile, self.epi_tile)
+                tDsD, tDgD = cute.nvgpu.cpasync.tma_partition(
+                    tma_d, 0, cute.make_layout(1), cute.group_modes(sD, 0, 2), gD_epi
+                )
+                epi_subtiles = cute.size(gD_epi, mode=[1])
+                for e in cutlass.range_constexpr(epi_subtiles):
+                    for v in cutlass.range_constexpr(frag_size):
+                        tRS_rAcc[v] = tRS_acc[e * frag_size + v]
+                    tRS_rD.store(tRS_rAcc.load().to(self.d_dtype))
+                    buf = epi_count % self.epi_stages
+                    cute.copy(r2s, tRS_rD, tRS_sD[(None, None, None, buf)])
+                    tma_store_subtile(tma_d, tDsD[(None, buf)], tDgD[(None, e)], epi_barrier, is_store_warp,
+                                      self.epi_stages)
+                    epi_count += 1
             work += num_clusters
         if is_store_warp:
             cute.arch.cp_async_bulk_wait_group(0, read=True)

@@ -18,6 +18,8 @@ from typing import Iterator
 
 import cutlass
 
+from .split_k import split_of_work
+
 
 def ceil_div(a, b):
     return (a + b - 1) // b
@@ -61,6 +63,7 @@ class TileGrid:
     cluster_n: int = 1
     along_m: bool = True
     swizzle: int = 1
+    split_k: int = 1  # work items per output tile (kernels/common/split_k.py)
 
     @classmethod
     def for_problem(cls, m: int, n: int, batches: int, config) -> "TileGrid":
@@ -74,6 +77,7 @@ class TileGrid:
             config.cluster_n,
             config.raster == Raster.ALONG_M,
             config.swizzle,
+            config.split_k,
         )
 
     @property
@@ -85,21 +89,29 @@ class TileGrid:
         return ceil_div(self.tiles_n, self.cluster_n)
 
     @property
+    def padded_tiles(self) -> int:
+        """Output tiles including the padding up to whole clusters (what the kernels
+        number their split-K workspace by)."""
+        return self.clusters_m * self.cluster_m * self.clusters_n * self.cluster_n * self.batches
+
+    @property
     def work_items(self) -> int:
-        return self.clusters_m * self.clusters_n * self.batches
+        return self.clusters_m * self.clusters_n * self.batches * self.split_k
 
     def launch_clusters(self, max_active_clusters: int) -> int:
         """Persistent grid size: never more clusters than work, nor than fit at once."""
         return max(1, min(self.work_items, max_active_clusters))
 
-    def cta_tiles(self, cluster: int, clusters: int, cta_m: int, cta_n: int) -> Iterator[tuple[int, int, int]]:
-        """Output tiles CTA ``(cta_m, cta_n)`` of cluster ``cluster`` visits, in order.
+    def cta_work(self, cluster: int, clusters: int, cta_m: int, cta_n: int) -> Iterator[tuple[int, int, int, int]]:
+        """``(tile_m, tile_n, batch, split)`` of the work items CTA ``(cta_m, cta_n)`` of
+        cluster ``cluster`` visits, in order (split is always 0 without split-K).
 
         Includes the padding tiles past the edge when the tile count is not a
         multiple of the cluster shape (the kernel loads zeros there and stores nothing).
         """
         for work in range(cluster, self.work_items, clusters):
+            tile_work, split = split_of_work(work, self.split_k)
             cm, cn, batch = cluster_coord_of_work(
-                work, self.clusters_m, self.clusters_n, self.along_m, self.swizzle
+                tile_work, self.clusters_m, self.clusters_n, self.along_m, self.swizzle
             )
-            yield cm * self.cluster_m + cta_m, cn * self.cluster_n + cta_n, batch
+            yield cm * self.cluster_m + cta_m, cn * self.cluster_n + cta_n, batch, split

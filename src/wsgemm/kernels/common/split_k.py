@@ -1,0 +1,105 @@
+"""Split-K: several work items share one output tile's K range ("serial" fix-up).
+
+When a problem has fewer output tiles than SMs (decode-like M, or M = 512 against
+a 4096-wide weight) most SMs would idle while a few stream a long K each. Split-K
+cuts every tile's k-blocks into ``splits`` contiguous ranges; each range is its own
+work item, so ``tiles * splits`` items fill the persistent grid.
+
+The partial sums meet in an fp32 **workspace** in global memory:
+
+* every split but the last stores its accumulators to its own slot, in *fragment
+  order* (element ``v`` of consumer thread ``t`` at ``v * threads + t``: the
+  stores of a warp are contiguous and no layout arithmetic is needed, because the
+  last split reads them back into the same registers), then counts itself in the
+  tile's **arrival flag** with a release add at GPU scope;
+* the last split waits until the flag says ``splits - 1``, resets it to 0 for the
+  next launch, adds the slots into its own accumulators and runs the normal epilogue.
+
+Why the wait cannot deadlock: the splits of a tile are consecutive work items, a
+cluster walks its items in increasing order, and the persistent grid is never larger
+than what is co-resident. The unfinished item with the smallest index therefore
+always runs, and if it is a last split, the splits it waits for (smaller indices)
+are done.
+
+The flags start at zero when the workspace is allocated (``wsgemm.api``) and every
+launch leaves them at zero, so a cached workspace needs no memset per call.
+"""
+
+from __future__ import annotations
+
+import cutlass
+import cutlass.cute as cute
+from cutlass import Int32, Int64
+
+
+# --------------------------------------------------------------------------------------
+# Integer arithmetic shared by host and device (Python ints or DSL Int32)
+# --------------------------------------------------------------------------------------
+
+def split_of_work(work, splits: int):
+    """(tile work item, split index) of linear work item ``work``: the splits of one
+    tile are consecutive, so they run side by side on neighbouring clusters."""
+    tile_work = work // splits
+    return tile_work, work - tile_work * splits
+
+
+def k_range(split, k_blocks, splits: int):
+    """(first k-block, number of k-blocks) of split ``split``: ranges differ by at
+    most one block, and together cover ``0 .. k_blocks`` once."""
+    begin = split * k_blocks // splits
+    end = (split + 1) * k_blocks // splits
+    return begin, end - begin
+
+
+def workspace_elems(output_tiles: int, splits: int, tile_m: int, tile_n: int) -> tuple[int, int]:
+    """(int32 flags, fp32 partial-sum elements) a launch over ``output_tiles`` tiles
+    (padded to whole clusters) needs."""
+    if splits <= 1:
+        return 0, 0
+    return output_tiles, output_tiles * (splits - 1) * tile_m * tile_n
+
+
+# --------------------------------------------------------------------------------------
+# Device side: the consumer warpgroups' fix-up
+# --------------------------------------------------------------------------------------
+
+def _slot(partials: cute.Tensor, tile_id, split, splits: int, threads: int, frag: int):
+    """Fragment-order view of the partial-sum slot of ``split`` of tile ``tile_id``."""
+    offset = (Int64(tile_id) * (splits - 1) + Int64(split)) * (threads * frag)
+    return cute.make_tensor(partials.iterator + offset, cute.make_layout((threads, frag), stride=(1, threads)))
+
+
+@cute.jit
+def publish_partial(acc: cute.Tensor, partials: cute.Tensor, flags: cute.Tensor, tile_id, split,
+                    splits: cutlass.Constexpr, tidx: Int32, threads: cutlass.Constexpr, barrier):
+    """A non-final split: store ``acc`` to its slot, then count the tile's flag up."""
+    frag = cute.size(acc)
+    slot = _slot(partials, tile_id, split, splits, threads, frag)
+    for v in cutlass.range(frag, unroll_full=True):
+        slot[(tidx, v)] = acc[v]
+    # Every thread's stores must be visible GPU-wide before the one release below
+    # makes them reachable; the named barrier orders the threads in the CTA.
+    cute.arch.fence_acq_rel_gpu()
+    barrier.arrive_and_wait()
+    if tidx == 0:
+        cute.arch.red((flags.iterator + tile_id).llvm_ptr, Int32(1), op="add", dtype=Int32,
+                      sem="release", scope="gpu")
+
+
+@cute.jit
+def accumulate_partials(acc: cute.Tensor, partials: cute.Tensor, flags: cute.Tensor, tile_id,
+                        splits: cutlass.Constexpr, tidx: Int32, threads: cutlass.Constexpr, barrier):
+    """The last split: wait for the other splits' partial sums and add them to ``acc``."""
+    if tidx == 0:
+        flag = (flags.iterator + tile_id).llvm_ptr
+        arrived = cute.arch.load(flag, Int32, sem="acquire", scope="gpu")
+        while arrived < splits - 1:
+            arrived = cute.arch.load(flag, Int32, sem="acquire", scope="gpu")
+        # Nobody else touches this flag in this launch: leave it at zero for the next.
+        cute.arch.store(flag, Int32(0), sem="relaxed", scope="gpu")
+    barrier.arrive_and_wait()
+    frag = cute.size(acc)
+    for s in cutlass.range(splits - 1, unroll=1):
+        slot = _slot(partials, tile_id, s, splits, threads, frag)
+        for v in cutlass.range(frag, unroll_full=True):
+            acc[v] = acc[v] + slot[(tidx, v)]

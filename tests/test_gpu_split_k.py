@@ -1,0 +1,180 @@
+"""Split-K on a Hopper GPU: every split's partial sum lands once, the arrival flags
+reset themselves, and streams and CUDA graphs each keep their own workspace.
+
+Same conventions as test_gpu_sm90.py: fresh random inputs, poisoned outputs, a
+float32 reference with per-dtype bounds.
+"""
+
+import pytest
+import torch
+
+import wsgemm
+from wsgemm import GemmConfig
+from wsgemm import workspace as ws
+
+from test_gpu_sm90 import check, rand, run
+
+pytestmark = pytest.mark.gpu
+
+SPLIT_CONFIGS = [
+    GemmConfig(tile_m=64, tile_n=64, split_k=2),
+    GemmConfig(tile_m=64, tile_n=128, split_k=4),
+    GemmConfig(tile_m=128, tile_n=128, split_k=3),
+    GemmConfig(tile_m=128, tile_n=256, split_k=8),
+    GemmConfig(tile_m=128, tile_n=128, cluster_m=2, split_k=2),
+    GemmConfig(tile_m=128, tile_n=128, cluster_n=2, split_k=4),
+]
+
+
+def flags_are_zero():
+    torch.cuda.synchronize()
+    return all(int(flags.abs().sum()) == 0 for flags, _ in ws._workspaces.values())
+
+
+@pytest.mark.parametrize("config", SPLIT_CONFIGS, ids=lambda c: c.short())
+@pytest.mark.parametrize(
+    "m, n, k",
+    [(1, 4096, 4096), (512, 1024, 8192), (333, 517, 2000), (200, 300, 64 * 13)],
+    ids=["decode", "even", "ragged", "blocks-not-divisible"],
+)
+def test_split_k_matches_reference(config, m, n, k):
+    a, b = rand(m, k), rand(k, n)
+    check(run(a, b, config=config), a, b)
+    assert flags_are_zero(), "a split-K launch left an arrival flag set"
+
+
+def test_more_splits_than_k_blocks_leaves_some_splits_empty():
+    a, b = rand(256, 64 * 3), rand(64 * 3, 256)
+    check(run(a, b, config=GemmConfig(tile_m=128, tile_n=128, split_k=8)), a, b)
+    assert flags_are_zero()
+
+
+@pytest.mark.parametrize("out_dtype", [torch.float32, torch.float16])
+def test_split_k_other_output_dtypes(out_dtype):
+    dtype = torch.float16 if out_dtype == torch.float16 else torch.bfloat16
+    a, b = rand(100, 3000, dtype=dtype), rand(3000, 700, dtype=dtype)
+    d = run(a, b, out_dtype=out_dtype, config=GemmConfig(tile_m=128, tile_n=128, split_k=4))
+    check(d, a, b, out_dtype)
+
+
+def test_split_k_batched_and_weight_layout():
+    a = rand(3, 200, 3000)
+    w = rand(500, 3000)  # nn.Linear weight, read K-major through w.t()
+    check(run(a, w.t(), config=GemmConfig(tile_m=128, tile_n=64, split_k=3)), a, w.t())
+    b = rand(3, 3000, 500)
+    check(run(a, b, config=GemmConfig(tile_m=64, tile_n=128, split_k=2)), a, b)
+
+
+def test_split_k_is_deterministic_and_reuses_its_workspace():
+    config = GemmConfig(tile_m=64, tile_n=64, split_k=4)
+    a, b = rand(64, 8192), rand(8192, 2048)
+    first = wsgemm.gemm(a, b, config=config)
+    for _ in range(5):
+        assert torch.equal(wsgemm.gemm(a, b, config=config), first), "split-K results differ between runs"
+    for _ in range(3):  # new contents, same cached workspace: no stale partial sums
+        a2, b2 = rand(64, 8192), rand(8192, 2048)
+        check(run(a2, b2, config=config), a2, b2)
+    assert flags_are_zero()
+
+
+def test_concurrent_streams_get_separate_workspaces():
+    config = GemmConfig(tile_m=64, tile_n=128, split_k=4)
+    pairs = [(rand(64, 16384), rand(16384, 4096)) for _ in range(2)]
+    wsgemm.gemm(*pairs[0], config=config)  # compile first
+    torch.cuda.synchronize()
+    streams = [torch.cuda.Stream() for _ in pairs]
+    results = []
+    for stream, (a, b) in zip(streams, pairs):
+        with torch.cuda.stream(stream):
+            results.append([wsgemm.gemm(a, b, config=config) for _ in range(4)])
+    torch.cuda.synchronize()
+    for (a, b), outs in zip(pairs, results):
+        for d in outs:
+            check(d, a, b)
+    keys = {key for key in ws._workspaces if key[1] in {s.cuda_stream for s in streams}}
+    assert len(keys) == 2
+
+
+def test_split_k_under_cuda_graph_replay():
+    config = GemmConfig(tile_m=64, tile_n=64, split_k=4)
+    a, b = rand(16, 8192), rand(8192, 1024)
+    out = torch.empty(16, 1024, device="cuda", dtype=torch.bfloat16)
+    wsgemm.gemm(a, b, out=out, config=config)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        wsgemm.gemm(a, b, out=out, config=config)
+    for _ in range(3):
+        a.copy_(rand(16, 8192))
+        b.copy_(rand(8192, 1024))
+        out.fill_(float("nan"))
+        graph.replay()
+        torch.cuda.synchronize()
+        check(out, a, b)
+
+
+def test_heuristic_splits_a_long_k_shape_and_is_correct():
+    a, w = rand(512, 14336), rand(4096, 14336)  # 64 tiles of 128x256 for 132 SMs
+    plan = wsgemm.api.make_plan(a, w.t(), None, None, None)
+    assert plan.spec.config.split_k > 1 and plan.workspace[0] > 0
+    check(run(a, w.t()), a, w.t())
+
+
+@pytest.mark.parametrize("m", [1, 5, 16, 17, 32, 64])
+@pytest.mark.parametrize(
+    "config",
+    [GemmConfig(tile_m=64, tile_n=16, split_k=2, swap_ab=True),
+     GemmConfig(tile_m=128, tile_n=32, swap_ab=True),
+     GemmConfig(tile_m=128, tile_n=64, split_k=3, swap_ab=True)],
+    ids=lambda c: c.short(),
+)
+def test_swap_ab_computes_the_transposed_product(config, m):
+    x, w = rand(m, 3000), rand(1000, 3000)  # nn.Linear layout: x @ w.t()
+    plan = wsgemm.api.make_plan(x, w.t(), None, None, config)
+    assert plan.mode == "swap"
+    check(run(x, w.t(), config=config), x, w.t())
+    b = rand(3000, 1000)  # row-major B too
+    check(run(x, b, config=config), x, b)
+
+
+def test_swap_ab_with_out_and_fp32_output():
+    config = GemmConfig(tile_m=128, tile_n=16, split_k=2, swap_ab=True)
+    x, w = rand(7, 4096), rand(2048, 4096)
+    out = torch.full((7, 2048), float("nan"), device="cuda", dtype=torch.float32)
+    wsgemm.gemm(x, w.t(), out=out, config=config)
+    check(out, x, w.t(), torch.float32)
+
+
+def test_heuristic_swaps_decode_shapes():
+    x, w = rand(4, 4096), rand(4096, 4096)
+    plan = wsgemm.api.make_plan(x, w.t(), None, None, None)
+    assert plan.mode == "swap"
+    check(run(x, w.t()), x, w.t())
+
+
+def test_a_captured_graph_keeps_its_workspace_when_later_calls_need_a_bigger_one():
+    """Regression: a graph replays the workspace addresses it captured; growing the
+    stream's workspace later must not free them (it did, and a replay then hit
+    freed memory: an illegal address, or a last split waiting on garbage flags)."""
+    small = GemmConfig(tile_m=64, tile_n=64, split_k=2)
+    big = GemmConfig(tile_m=128, tile_n=256, split_k=8)
+    a, b = rand(16, 4096), rand(4096, 1024)
+    out = torch.empty(16, 1024, device="cuda", dtype=torch.bfloat16)
+    stream = torch.cuda.Stream()
+    wsgemm.gemm(a, b, out=out, config=small)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph, stream=stream):
+        wsgemm.gemm(a, b, out=out, config=small)
+    with torch.cuda.stream(stream):  # eager calls on the capture stream, needing more
+        a2, b2 = rand(512, 8192), rand(8192, 2048)
+        check(wsgemm.gemm(a2, b2, config=big), a2, b2)
+    torch.cuda.synchronize()
+    junk = [torch.full((1 << 22,), -1, device="cuda", dtype=torch.int32) for _ in range(8)]
+    for _ in range(3):
+        a.copy_(rand(16, 4096))
+        out.fill_(float("nan"))
+        graph.replay()
+        torch.cuda.synchronize()
+        check(out, a, b)
+    del junk
