@@ -51,6 +51,9 @@ def test_bad_enum_value_names_the_choices():
         (GemmConfig(two_cta=True), r"two_cta is a Blackwell \(sm100\) feature"),
         (GemmConfig(stages=1), r"stages=1 must be between 2 and 8"),
         (GemmConfig(epi_stages=0), r"epi_stages=0 must be between 1 and 4"),
+        (GemmConfig(split_k=0), r"split_k=0 must be an integer between 1 and 16"),
+        (GemmConfig(split_k=17), r"split_k=17 must be an integer between 1 and 16"),
+        (GemmConfig(split_k=2.0), r"split_k=2.0 must be an integer"),
     ],
 )
 def test_invalid_configs_raise_config_error(config, message):
@@ -100,3 +103,19 @@ def test_spec_is_hashable_and_distinguishes_every_code_affecting_field():
     keys = {base, *variants}
     assert len(keys) == 1 + len(variants)
     assert spec() == base and hash(spec()) == hash(base)
+
+
+def test_split_k_is_sm90_only():
+    with pytest.raises(ConfigError, match=r"split_k=2: split-K is implemented in the sm90 kernel only"):
+        cfg.make_spec("sm100", "bf16", "bf16", "k", "k", "n", GemmConfig(split_k=2))
+
+
+def test_split_k_is_part_of_the_name_and_the_cache_key():
+    plain, split = spec(GemmConfig()), spec(GemmConfig(split_k=2))
+    assert plain != split and "_split2" in split.config.short() and "split" not in plain.config.short()
+
+
+def test_swap_ab_is_named_but_stripped_from_the_kernel_spec():
+    swapped = GemmConfig(tile_n=32, swap_ab=True)
+    assert "_swapab" in swapped.short()
+    assert spec(swapped) == spec(GemmConfig(tile_n=32))  # one kernel serves both

@@ -21,13 +21,18 @@ import torch
 from . import compile as compile_mod
 from . import config as cfg
 from .dispatch import HARDWARE_VERIFIED_ARCHS, arch_for_capability
+from .autotune import AUTOTUNE
 from .errors import DeviceError, ShapeError, UnsupportedDtypeError
 from .heuristics import choose_config
+from .kernels.common import split_k
 from .kernels.common.scheduler import TileGrid
-from .operands import alignment_elems, padded_empty, readable, readable_view, tma_major
+from .operands import padded_empty, readable, readable_view, tma_major
+from .workspace import split_k_workspace
 
 TORCH_DTYPES = {torch.float16: "fp16", torch.bfloat16: "bf16", torch.float32: "fp32"}
 INPUT_TORCH_DTYPES = (torch.float16, torch.bfloat16)
+# Split-K partial sums beyond this are a misuse (split-K pays off for few tiles).
+MAX_SPLIT_K_WORKSPACE_BYTES = 1 << 30
 
 
 # --------------------------------------------------------------------------------------
@@ -142,8 +147,9 @@ def validate_shapes_and_dtypes(a, b, out, out_dtype, config) -> tuple[tuple, tor
     if a.dtype != b.dtype:
         raise UnsupportedDtypeError(f"a is {a.dtype} but b is {b.dtype}; both operands must have the same dtype")
     batched, batches = _check_shapes(a, b)
-    if config is not None and not isinstance(config, cfg.GemmConfig):
-        raise TypeError(f"config must be a wsgemm.GemmConfig or None, got {type(config).__name__}")
+    if config is not None and not isinstance(config, cfg.GemmConfig) and config != AUTOTUNE:
+        raise TypeError(f"config must be a wsgemm.GemmConfig, 'autotune' or None, got {type(config).__name__} "
+                        f"{config!r}")
     if out_dtype is not None and out_dtype not in TORCH_DTYPES:
         raise UnsupportedDtypeError(
             f"out_dtype={out_dtype} is not supported; use torch.float16, torch.bfloat16 or torch.float32"
@@ -181,6 +187,7 @@ class Plan:
     """What a call signature resolves to.
 
     ``mode``: ``"direct"`` (the caller's tensors go to the kernel as they are),
+    ``"swap"`` (2-D: the kernel computes D^T = B^T A^T on transposed views),
     ``"fold"`` ((L, M, K) @ (K, N) as one (L*M, K) @ (K, N) product), ``"copy"``
     (operands or output go through readable 3-D views and padded copies), or
     ``"trivial"`` (an empty result, or K = 0: all zeros; nothing to launch).
@@ -193,19 +200,30 @@ class Plan:
     kernel: object | None = None  # the TVM-FFI compiled function
     clusters: int = 0
     spec: cfg.KernelSpec | None = None
+    # Split-K only: (int32 flags, fp32 partial-sum elements) of the workspace.
+    workspace: tuple[int, int] = (0, 0)
 
     def run(self, a, b, out):
         if out is None:
             out = torch.empty(self.shape, dtype=self.dtype, device=self.device)
         if self.mode == "direct":
-            self.kernel(a, b, out, self.clusters)
+            self._launch(a, b, out)
+        elif self.mode == "swap":
+            self._launch(b.t(), a.t(), out.t())
         elif self.mode == "fold":
-            self.kernel(a.view(-1, a.shape[-1]), b, out.view(-1, out.shape[-1]), self.clusters)
+            self._launch(a.view(-1, a.shape[-1]), b, out.view(-1, out.shape[-1]))
         elif self.mode == "copy":
             self._run_with_copies(a, b, out)
         elif out.numel():
             out.zero_()
         return out
+
+    def _launch(self, a, b, d):
+        if self.workspace[0]:
+            flags, partials = split_k_workspace(self.device, *self.workspace)
+            self.kernel(a, b, d, flags, partials, self.clusters)
+        else:
+            self.kernel(a, b, d, self.clusters)
 
     def _run_with_copies(self, a, b, out):
         batches = self.shape[0] if len(self.shape) == 3 else 1
@@ -215,7 +233,7 @@ class Plan:
         d3 = readable_view(target)
         if d3 is None:  # the output has no tensor map: compute into a staging buffer
             d3 = padded_empty(*target.shape, dtype=self.dtype, device=self.device)
-        self.kernel(a3, b3, d3, self.clusters)
+        self._launch(a3, b3, d3)
         if d3.data_ptr() != target.data_ptr():
             target.copy_(d3)
 
@@ -269,19 +287,67 @@ def make_plan(a, b, out, out_dtype, config) -> Plan:
     if m * n * batches == 0 or k == 0:
         return Plan("trivial", shape, dtype, a.device)
     arch, sm_count, _ = _device_facts(a.device.index or 0)
+    mode, spec, (kernel_m, kernel_n, kernel_batches) = _kernel_for(
+        a, b, out, out_dtype, config, shape, dtype, batched, batches, arch, sm_count)
+    grid = TileGrid.for_problem(kernel_m, kernel_n, kernel_batches, spec.config)
+    workspace = split_k.workspace_elems(grid.padded_tiles, spec.config.split_k,
+                                        spec.config.tile_m, spec.config.tile_n)
+    if workspace[1] * 4 > MAX_SPLIT_K_WORKSPACE_BYTES:
+        raise cfg.ConfigError(
+            f"split_k={spec.config.split_k} over {grid.padded_tiles} tiles of "
+            f"{spec.config.tile_m}x{spec.config.tile_n} needs {workspace[1] * 4 / 2**30:.1f} GiB of "
+            f"fp32 partial sums (limit {MAX_SPLIT_K_WORKSPACE_BYTES / 2**30:.0f} GiB); split-K is for "
+            "problems with few output tiles: use a smaller split_k or none"
+        )
+    kernel = compile_mod.KERNEL_CACHE.get(spec).fn
+    clusters = grid.launch_clusters(max_active_clusters(a.device.index or 0, spec.config.cluster_size))
+    return Plan(mode, shape, dtype, a.device, kernel, clusters, spec, workspace)
+
+
+def _kernel_for(a, b, out, out_dtype, config, shape, dtype, batched, batches, arch, sm_count):
+    """(mode, KernelSpec, kernel problem (M, N, batches)) for validated operands; also
+    runs on meta tensors (``precompile``), except for ``config="autotune"``."""
+    m, k, n = a.shape[-2], a.shape[-1], b.shape[-1]
     mode, (a_major, b_major, d_major) = _choose_mode(a, b, out, shape, dtype)
     kernel_batched = {"direct": batched, "fold": False, "copy": True}[mode]
-    kernel_m, kernel_batches = (m * batches, 1) if mode == "fold" else (m, batches)
-    config = config or choose_config(arch, kernel_m, n, k, kernel_batches, sm_count)
+    kernel_m, kernel_n, kernel_batches = (m * batches, n, 1) if mode == "fold" else (m, n, batches)
+    # D^T = B^T A^T runs the same kernel on transposed views (2-D, readable operands).
+    can_swap = mode == "direct" and a.dim() == 2 and b.dim() == 2
+    if config == AUTOTUNE:
+        config = _autotuned(a, b, out, out_dtype, arch, (a_major, b_major, d_major), kernel_m, n, k,
+                            kernel_batches, sm_count, dtype, can_swap)
+    config = config or choose_config(arch, kernel_m, n, k, kernel_batches, sm_count, can_swap)
+    if config.swap_ab and can_swap:
+        mode, kernel_m, kernel_n = "swap", n, m
+        a_major, b_major, d_major = _swapped_majors(a, b, out, shape, dtype)
     spec = cfg.make_spec(
         arch, TORCH_DTYPES[a.dtype], TORCH_DTYPES[dtype],
         _KERNEL_MAJOR["a", a_major], _KERNEL_MAJOR["b", b_major], _KERNEL_MAJOR["d", d_major],
         config, batched=kernel_batched,
     )
-    kernel = compile_mod.KERNEL_CACHE.get(spec).fn
-    grid = TileGrid.for_problem(kernel_m, n, kernel_batches, spec.config)
-    clusters = grid.launch_clusters(max_active_clusters(a.device.index or 0, spec.config.cluster_size))
-    return Plan(mode, shape, dtype, a.device, kernel, clusters, spec)
+    return mode, spec, (kernel_m, kernel_n, kernel_batches)
+
+
+def _swapped_majors(a, b, out, shape, dtype) -> tuple[str, str, str]:
+    """Unit-stride modes of B^T, A^T and D^T (2-D, all TMA-readable when A, B, D are)."""
+    d = out if out is not None else torch.empty(shape, dtype=dtype, device="meta")
+    return tma_major(b.t()), tma_major(a.t()), tma_major(d.t())
+
+
+def _autotuned(a, b, out, out_dtype, arch, majors, m, n, k, batches, sm_count, dtype,
+               can_swap) -> cfg.GemmConfig:
+    if arch != "sm90":
+        raise cfg.ConfigError(f"config='autotune' times kernels on the GPU; it is available on sm90, not {arch}")
+    from . import autotune
+    from .heuristics import ranked_sm90_configs
+
+    _, _, gpu = _device_facts(a.device.index or 0)
+    kernel_majors = tuple(_KERNEL_MAJOR[operand, mode] for operand, mode in zip("abd", majors))
+    key = autotune.bucket_key(gpu, arch, TORCH_DTYPES[a.dtype], TORCH_DTYPES[dtype], kernel_majors, m, n, k,
+                              batches)
+    ranked = ranked_sm90_configs(m, n, k, batches, sm_count, can_swap)
+    candidates = [c for _, c in ranked[:autotune.TOP_CANDIDATES]]
+    return autotune.tuned_config(a, b, out, out_dtype, key=key, candidates=candidates)
 
 
 def _as_batched(t: torch.Tensor, batches: int) -> torch.Tensor:
@@ -293,7 +359,7 @@ def _as_batched(t: torch.Tensor, batches: int) -> torch.Tensor:
 # --------------------------------------------------------------------------------------
 
 def gemm(a: torch.Tensor, b: torch.Tensor, *, out: torch.Tensor | None = None,
-         out_dtype: torch.dtype | None = None, config: cfg.GemmConfig | None = None) -> torch.Tensor:
+         out_dtype: torch.dtype | None = None, config: cfg.GemmConfig | str | None = None) -> torch.Tensor:
     """``a @ b`` on a Hopper GPU with wsgemm's warp-specialized kernel.
 
     ``a``: (M, K) or (L, M, K); ``b``: (K, N) or (L, K, N); float16 or bfloat16, the
@@ -303,6 +369,11 @@ def gemm(a: torch.Tensor, b: torch.Tensor, *, out: torch.Tensor | None = None,
     receives the result in place. Row- and column-major operands are read without a
     copy; layouts TMA cannot read are copied first (see ``wsgemm.operands``).
     The kernel runs on the inputs' device and its current CUDA stream.
+
+    ``config``: ``None`` picks a configuration with the throughput model of
+    ``wsgemm.heuristics``; a :class:`GemmConfig` forces one; ``"autotune"`` times the
+    model's best few on these inputs the first time a shape bucket is seen (with a
+    progress bar) and remembers the winner on disk (``wsgemm.autotune``).
 
     Under ``torch.compile``, or when an input requires grad, the call goes through
     the ``torch.ops.wsgemm.gemm`` operator (``out`` and ``config`` are eager-only).
@@ -340,10 +411,17 @@ def gemm_eager(a, b, out=None, out_dtype=None, config=None) -> torch.Tensor:
                 if len(_plans) >= MAX_PLANS:
                     _plans.clear()
                 _plans[key] = plan
-    if plan.device.index != torch.cuda.current_device():
+    # The kernel launches on the current device's stream: switch devices if the
+    # operands live elsewhere (a question only worth its ~0.3 us with several GPUs).
+    if _several_gpus() and plan.device.index != torch.cuda.current_device():
         with torch.cuda.device(plan.device):
             return plan.run(a, b, out)
     return plan.run(a, b, out)
+
+
+@functools.lru_cache(maxsize=1)
+def _several_gpus() -> bool:
+    return torch.cuda.device_count() > 1
 
 
 def precompile(shapes, dtype: torch.dtype = torch.bfloat16, *, weight_layout: bool = True,
@@ -363,13 +441,13 @@ def precompile(shapes, dtype: torch.dtype = torch.bfloat16, *, weight_layout: bo
     seconds = {}
     for shape in bar:
         *lead, m, n, k = shape
-        batches = lead[0] if lead else 1
-        out_name = TORCH_DTYPES[out_dtype or dtype]
-        aligned = n % alignment_elems(out_dtype or dtype) == 0
-        spec = cfg.make_spec(
-            arch, TORCH_DTYPES[dtype], out_name, "k", "k" if weight_layout else "n", "n",
-            choose_config(arch, m, n, k, batches, sm_count), batched=bool(lead) or not aligned,
-        )
+        # Meta tensors with the layouts gemm will see: the same planning picks the kernel.
+        a = torch.empty(*lead, m, k, dtype=dtype, device="meta")
+        b = torch.empty(n, k, dtype=dtype, device="meta").t() if weight_layout else \
+            torch.empty(k, n, dtype=dtype, device="meta")
+        result_shape, result_dtype, batched, batches = validate_shapes_and_dtypes(a, b, None, out_dtype, None)
+        _, spec, _ = _kernel_for(a, b, None, out_dtype, None, result_shape, result_dtype, batched, batches,
+                                 arch, sm_count)
         known = spec in compile_mod.KERNEL_CACHE
         seconds[shape] = 0.0 if known else compile_mod.KERNEL_CACHE.get(spec).compile_seconds
     return seconds

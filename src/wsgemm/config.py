@@ -58,6 +58,14 @@ class GemmConfig:
     # SM100 only: tensor-memory accumulator buffers (MMA of tile t+1 overlaps
     # the epilogue of tile t when >= 2).
     acc_stages: int = 2
+    # SM90 only: split each output tile's K range over this many work items; the
+    # last one to run adds the others' fp32 partial sums (see kernels/common/split_k.py).
+    # Fills the SMs when there are fewer output tiles than SMs and K is long.
+    split_k: int = 1
+    # Compute D^T = B^T A^T instead (2-D operands only; wsgemm.api swaps the views,
+    # the kernel is unchanged): a decode-sized M becomes the MMA's N, where a 16- or
+    # 32-wide tile wastes little, and the weight fills the 64/128-row side.
+    swap_ab: bool = False
 
     def __post_init__(self) -> None:
         # Accept the enums' string values, so GemmConfig(lookahead="none") works.
@@ -80,6 +88,10 @@ class GemmConfig:
         )
         if self.two_cta:
             name += "_2cta"
+        if self.split_k > 1:
+            name += f"_split{self.split_k}"
+        if self.swap_ab:
+            name += "_swapab"
         return name
 
 
@@ -99,6 +111,9 @@ def _coerce_enum(enum_cls, value, what: str):
 # buffers (each TMA buffer starts on a 1024-byte boundary).
 SMEM_RESERVED_BYTES = 1024
 MAX_STAGES = 8  # deeper rings bring nothing once the copy latency is covered
+# Each split but the last writes a whole fp32 tile of partial sums; past a handful
+# the extra traffic and the last split's reduction outweigh the extra SMs.
+MAX_SPLIT_K = 16
 
 # SM90 warp roles: one producer warpgroup gives its registers to the consumers.
 SM90_PRODUCER_REGISTERS = 40  # enough for TMA issue and the scheduler arithmetic
@@ -172,7 +187,7 @@ def epilogue_tile(spec: "KernelSpec") -> tuple[int, int]:
         return compute_epilogue_tile_size(
             c.tile_m, c.tile_n, c.two_cta, DTYPE_BYTES[spec.out_dtype] * 8, None, spec.d_major == "m"
         )
-    return (min(c.tile_m, 128), 32)
+    return (min(c.tile_m, 128), min(c.tile_n, 32))
 
 
 def cta_pair(config: GemmConfig) -> int:
@@ -225,7 +240,7 @@ def sm90_register_budget(config: GemmConfig) -> RegisterBudget:
 # --------------------------------------------------------------------------------------
 
 SM90_TILE_M = (64, 128)
-SM90_TILE_N = (64, 128, 192, 256)
+SM90_TILE_N = (16, 32, 64, 128, 192, 256)
 TILE_K = (64,)
 CLUSTER_DIMS = (1, 2)
 SWIZZLES = (1, 2, 4, 8, 16)
@@ -271,6 +286,10 @@ def make_spec(
     else:
         _check_sm100(config)
 
+    if not isinstance(config.swap_ab, bool):
+        raise ConfigError(f"swap_ab={config.swap_ab!r} must be True or False")
+    # The swap happens in wsgemm.api, on the operands' views; the kernel never sees it.
+    config = replace(config, swap_ab=False)
     spec = KernelSpec(arch, ab_dtype, out_dtype, a_major, b_major, d_major, config, batched=batched)
     if arch == "sm100" and tmem_columns(spec) > spec.facts.tmem_columns:
         raise ConfigError(
@@ -317,6 +336,8 @@ def _check_common(config: GemmConfig) -> None:
         raise ConfigError(f"stages={config.stages} must be between 2 and {MAX_STAGES}")
     if not 1 <= config.epi_stages <= 4:
         raise ConfigError(f"epi_stages={config.epi_stages} must be between 1 and 4")
+    if not (isinstance(config.split_k, int) and 1 <= config.split_k <= MAX_SPLIT_K):
+        raise ConfigError(f"split_k={config.split_k!r} must be an integer between 1 and {MAX_SPLIT_K}")
 
 
 def _check_sm100(config: GemmConfig) -> None:
@@ -329,6 +350,11 @@ def _check_sm100(config: GemmConfig) -> None:
         )
     if not 1 <= config.acc_stages <= 4:
         raise ConfigError(f"acc_stages={config.acc_stages} must be between 1 and 4")
+    if config.split_k != 1:
+        raise ConfigError(
+            f"split_k={config.split_k}: split-K is implemented in the sm90 kernel only; "
+            "the sm100 kernel takes split_k=1"
+        )
 
 
 def _check_sm90(config: GemmConfig) -> None:

@@ -1,0 +1,50 @@
+"""The autotuner's bookkeeping, without a GPU: shape buckets and the on-disk cache."""
+
+import json
+
+import pytest
+
+from wsgemm import GemmConfig, autotune
+from wsgemm.config import Lookahead
+
+
+@pytest.fixture
+def cache_dir(tmp_path, monkeypatch):
+    monkeypatch.setenv("WSGEMM_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(autotune, "_memory", None)
+    return tmp_path
+
+
+def key(m, n=4096, k=4096):
+    return autotune.bucket_key("NVIDIA H200", "sm90", "bf16", "bf16", ("k", "k", "n"), m, n, k, 1)
+
+
+def test_m_is_bucketed_to_the_next_power_of_two_n_and_k_are_exact():
+    assert key(33) == key(64) != key(65)
+    assert key(1) != key(2) and key(3) == key(4)
+    assert key(64, n=4096) != key(64, n=4097)
+    assert key(64, k=4096) != key(64, k=4160)
+    assert "m<=64|n=4096|k=4096" in key(50)
+
+
+def test_a_cached_entry_is_returned_without_timing_anything(cache_dir):
+    tuned = GemmConfig(tile_m=64, tile_n=128, split_k=4, lookahead=Lookahead.AFTER_COPY)
+    (cache_dir / "autotune.json").write_text(json.dumps(
+        {key(16): {"config": autotune._jsonable(tuned), "ms": {}, "rejected": {}}}))
+    # No tensors, no candidates: only the cache can answer.
+    assert autotune.tuned_config(None, None, None, None, key=key(16), candidates=[]) == tuned
+
+
+def test_the_cache_file_is_written_atomically_and_survives_a_reload(cache_dir, monkeypatch):
+    entries = {key(8): {"config": autotune._jsonable(GemmConfig(split_k=2)), "ms": {"x": 1.0}, "rejected": {}}}
+    autotune._save(entries)
+    assert [p.name for p in cache_dir.iterdir()] == ["autotune.json"]  # no temp files left behind
+    monkeypatch.setattr(autotune, "_memory", None)
+    assert autotune._config_from(autotune._load()[key(8)]["config"]) == GemmConfig(split_k=2)
+    autotune.clear_cache()
+    assert not (cache_dir / "autotune.json").exists()
+
+
+def test_an_unreadable_cache_counts_as_empty(cache_dir):
+    (cache_dir / "autotune.json").write_text("{not json")
+    assert autotune._load() == {}

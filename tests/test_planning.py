@@ -1,0 +1,70 @@
+"""How a call is planned, on meta tensors (no GPU): which kernel problem, majors and
+mode ``wsgemm.api`` derives, including the operand swap for decode shapes."""
+
+import pytest
+import torch
+
+from wsgemm import GemmConfig, api
+from wsgemm.heuristics import choose_config
+
+H200_SMS = 132
+bf16 = torch.bfloat16
+
+
+def plan(a, b, config=None, out=None):
+    shape, dtype, batched, batches = api.validate_shapes_and_dtypes(a, b, out, None, config)
+    return api._kernel_for(a, b, out, None, config, shape, dtype, batched, batches, "sm90", H200_SMS)
+
+
+def meta(*shape):
+    return torch.empty(*shape, dtype=bf16, device="meta")
+
+
+def test_decode_weight_product_is_swapped_so_tokens_are_the_mma_n():
+    x, w = meta(4, 4096), meta(14336, 4096)  # nn.Linear: x @ w.t()
+    mode, spec, problem = plan(x, w.t())
+    assert mode == "swap" and problem == (14336, 4, 1)
+    # Kernel A = w (K-major), kernel B = x^T (K-major), kernel D = out^T (M-major).
+    assert (spec.a_major, spec.b_major, spec.d_major) == ("k", "k", "m")
+    assert spec.config.tile_n <= 32 and not spec.config.swap_ab  # the kernel never sees the swap
+
+
+def test_swap_is_part_of_the_config_a_caller_can_turn_off():
+    x, w = meta(4, 4096), meta(14336, 4096)
+    mode, spec, problem = plan(x, w.t(), GemmConfig(tile_m=64, tile_n=64, split_k=2))
+    assert mode == "direct" and problem == (4, 14336, 1)
+    assert (spec.a_major, spec.b_major, spec.d_major) == ("k", "k", "n")
+
+
+def test_swap_needs_2d_operands_else_it_is_dropped():
+    x, w = meta(3, 4, 4096), meta(2048, 4096)  # batched activations: folded, not swapped
+    mode, spec, problem = plan(x, w.t(), GemmConfig(tile_m=128, tile_n=32, swap_ab=True))
+    assert mode == "fold" and problem == (12, 2048, 1)
+
+
+def test_large_m_is_never_swapped():
+    for m in (65, 512, 8192):
+        assert not choose_config("sm90", m, 4096, 4096, 1, H200_SMS, can_swap=True).swap_ab
+    assert not choose_config("sm90", 1, 4096, 4096, 1, H200_SMS, can_swap=False).swap_ab
+
+
+@pytest.mark.parametrize("weight_layout", [True, False])
+def test_precompile_plans_what_gemm_will_run(weight_layout, monkeypatch):
+    built = []
+    monkeypatch.setattr(api, "_device_facts", lambda index: ("sm90", H200_SMS, "NVIDIA H200"))
+
+    class FakeCache:
+        def __contains__(self, spec):
+            return False
+
+        def get(self, spec):
+            built.append(spec)
+            return type("Compiled", (), {"compile_seconds": 0.0})()
+
+    monkeypatch.setattr(api.compile_mod, "KERNEL_CACHE", FakeCache())
+    api.precompile([(1, 4096, 4096), (8192, 4096, 4096)], weight_layout=weight_layout, device="cuda:0",
+                   progress=False)
+    w = meta(4096, 4096)
+    for (m, n, k), spec in zip([(1, 4096, 4096), (8192, 4096, 4096)], built):
+        b = w.t() if weight_layout else meta(k, n)
+        assert plan(meta(m, k), b)[1] == spec
