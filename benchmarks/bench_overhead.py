@@ -2,8 +2,9 @@
 
 Times ``--calls`` back-to-back calls with a host clock and synchronizes once at the
 end, so the number is what the CPU spends per call (launch included) while the GPU
-keeps up; the GEMMs are tiny so the GPU is never the bottleneck. Median of
-``--repeats`` such loops.
+keeps up; the GEMMs are tiny and the loop shorter than the launch queue, so the GPU
+never throttles it. Median of ``--repeats`` such loops. Rows marked "parts" time
+the pieces of a cached call on their own.
 
     python benchmarks/bench_overhead.py
 """
@@ -42,8 +43,10 @@ def per_call_us(fn, calls: int, repeats: int) -> dict:
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--calls", type=int, default=2000)
-    p.add_argument("--repeats", type=int, default=7)
+    # Fewer calls than the launch queue holds (~1024): with more, a slow GPU would
+    # throttle the host loop and the number would be GPU time, not host time.
+    p.add_argument("--calls", type=int, default=500)
+    p.add_argument("--repeats", type=int, default=15)
     p.add_argument("--out", default=str(Path(__file__).parent / "results"))
     args = p.parse_args(argv)
     rows = {}
@@ -58,6 +61,18 @@ def main(argv=None) -> int:
             "wsgemm.gemm(a, w.t(), out=)": lambda: wsgemm.gemm(a, w.t(), out=out),
             "torch.ops.wsgemm.gemm (dispatcher)": lambda: torch.ops.wsgemm.gemm(a, w.t(), None),
         }
+        # Where a cached wsgemm call spends its time, piece by piece.
+        wt = w.t()
+        # The heuristic's plan for this call (no operand swap at these sizes).
+        plan = wsgemm.api.make_plan(a, wt, out, None, None)
+        assert plan.mode == "direct", plan.mode
+        impls.update({
+            "parts: w.t() alone": lambda: w.t(),
+            "parts: torch.empty(result) alone": lambda: torch.empty(m, n, device="cuda", dtype=torch.bfloat16),
+            "parts: plan signature + lookup": lambda: wsgemm.api._plans.get(wsgemm.api._signature(a, wt, out, None, None)),
+            "parts: TVM-FFI kernel call alone": lambda: plan.kernel(a, wt, out, plan.clusters),
+            "parts: gemm_eager(out=), no dispatch checks": lambda: wsgemm.api.gemm_eager(a, wt, out),
+        })
         rows[f"{m}x{n}x{k}"] = {name: per_call_us(fn, args.calls, args.repeats) for name, fn in impls.items()}
     report = {"environment": environment(), "calls": args.calls, "repeats": args.repeats, "rows": rows}
     lines = ["# Host time per call (tiny GEMMs, bf16)", "",

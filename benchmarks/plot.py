@@ -118,6 +118,7 @@ def render_markdown(report: dict) -> str:
     lines = [
         f"# {report['name']}",
         "",
+        *([f"**Note.** {report['note']}", ""] if report.get("note") else []),
         f"{env['gpu']} ({env['sms']} SMs), driver {env['driver']}, torch {env['torch']} (CUDA {env['cuda']}), "
         f"CuTe DSL {env['cutlass_dsl']}, wsgemm {env['wsgemm']}, Triton {env.get('triton') or '-'}, "
         f"QuACK {env.get('quack') or '-'}; {env['date']}. Suites: {', '.join(report['suites'])}; {report['dtype']}.",

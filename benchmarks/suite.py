@@ -1,4 +1,4 @@
-"""Benchmark suites side by side: wsgemm, torch.matmul (cuBLAS), Triton, QuACK.
+"""Benchmark suites side by side: wsgemm (heuristic and autotuned), torch.matmul (cuBLAS), Triton, QuACK.
 
     python benchmarks/suite.py --suite quick
     python benchmarks/suite.py --suite llm --suite decode --time-budget 900
@@ -42,7 +42,7 @@ import wsgemm  # noqa: E402  (bench_gemm put src/ on the path)
 
 TOLERANCE = {"bf16": 1e-2, "fp16": 2e-3}  # relative Frobenius error vs fp32, as bench_gemm.py
 FLUSH_BYTES = 512 * 1024 * 1024  # as bench_gemm.py: several times the 50-60 MB L2 of an H100/H200
-IMPLEMENTATIONS = ("wsgemm", "torch.matmul", "triton", "quack")
+IMPLEMENTATIONS = ("wsgemm", "wsgemm-autotune", "torch.matmul", "triton", "quack")
 PEAK_SIZE = 8192  # the "measured peak": cuBLAS on a bf16 cube large enough to saturate the GPU
 
 # Dense BF16 tensor-core peak in TFLOP/s. NVIDIA H100 Tensor Core GPU datasheet (H100
@@ -113,7 +113,10 @@ def build_implementations(wanted: list[str], quack_autotune: bool) -> tuple[dict
         ran = name in fns
         info[name] = {"ran": ran, "detail": detail if ran or fn is None else f"skipped (--impls); {detail}"}
 
-    offer("wsgemm", wsgemm.gemm, f"wsgemm {wsgemm.__version__}, heuristic config")
+    offer("wsgemm", wsgemm.gemm, f"wsgemm {wsgemm.__version__}, heuristic config (throughput model)")
+    offer("wsgemm-autotune", lambda a, b: wsgemm.gemm(a, b, config="autotune"),
+          f"wsgemm {wsgemm.__version__}, config='autotune': the model's best {wsgemm.autotune.TOP_CANDIDATES} "
+          "timed on the first call per shape bucket (single calls after an L2 flush), the winner cached on disk")
     offer("torch.matmul", torch.matmul, f"cuBLAS via torch {torch.__version__}, TF32 off")
     if triton_matmul.available():
         offer("triton", triton_matmul.matmul, "benchmarks/triton_matmul.py: persistent, TMA descriptors "
@@ -136,30 +139,51 @@ def check(fn, a, b, ref, tol) -> dict:
     return {"status": "ok" if err < tol else "wrong", "rel_error": err}
 
 
-def capture_graph(fn, operands: list, calls: int) -> torch.cuda.CUDAGraph:
+def capture_graph(fn, operands: list, calls: int) -> tuple[torch.cuda.CUDAGraph, list]:
+    """The graph of ``calls`` back-to-back calls, and (operand index, result) of the
+    last call on each operand copy, to check after the replays."""
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):  # a first call off the capture stream, as torch's graph docs ask
         fn(*operands[0])
     torch.cuda.current_stream().wait_stream(side)
     graph = torch.cuda.CUDAGraph()
+    results = {}
     with torch.cuda.graph(graph):
         for i in range(calls):
-            fn(*operands[i % len(operands)])
-    return graph
+            results[i % len(operands)] = fn(*operands[i % len(operands)])
+    return graph, list(results.items())
+
+
+def replay_error(results: list, operands: list) -> float:
+    """Worst relative error of a graph's results after its replays: a replay must
+    compute what the checked eager call did (it reuses captured addresses, e.g. a
+    split-K workspace, that an eager call never sees)."""
+    worst = 0.0
+    for index, d in results:
+        a, b = operands[index]
+        ref = torch.matmul(a.float(), b.float())
+        worst = max(worst, ((d.float() - ref).norm() / ref.norm()).item())
+    return worst
 
 
 def time_graphs(good: dict, problem, operands, args, flush) -> tuple[dict, dict]:
-    """({name: per-call timing summary from graph replays}, {name: capture error})."""
-    graphs, errors = {}, {}
+    """({name: per-call timing summary from graph replays}, {name: capture or replay error})."""
+    graphs, outputs, errors = {}, {}, {}
     for name, fn in good.items():
         try:
-            graphs[name] = capture_graph(fn, operands, args.graph_calls)
+            graphs[name], outputs[name] = capture_graph(fn, operands, args.graph_calls)
             graphs[name].replay()
         except Exception as exc:
             errors[name] = f"{type(exc).__name__}: {exc}"[:500]
+            graphs.pop(name, None)
     torch.cuda.synchronize()
     per_replay = time_interleaved({name: g.replay for name, g in graphs.items()}, args.reps, flush)
+    for name in list(per_replay):
+        err = replay_error(outputs[name], operands)
+        if not err < TOLERANCE[args.dtype]:  # also NaN
+            errors[name] = f"graph replays computed a wrong result (relative error {err:.2e}); not timed"
+            del per_replay[name]
     timed = {name: summarize([ms / args.graph_calls for ms in runs], problem.flops)
              for name, runs in per_replay.items()}
     return timed, errors
