@@ -4,16 +4,17 @@ mode ``wsgemm.api`` derives, including the operand swap for decode shapes."""
 import pytest
 import torch
 
-from wsgemm import GemmConfig, api
+from wsgemm import GemmConfig, api, autotune
+from wsgemm.tuned_table import MEASURED
 from wsgemm.heuristics import choose_config
 
 H200_SMS = 132
 bf16 = torch.bfloat16
 
 
-def plan(a, b, config=None, out=None):
+def plan(a, b, config=None, out=None, gpu="a GPU without measurements"):
     shape, dtype, batched, batches = api.validate_shapes_and_dtypes(a, b, out, None, config)
-    return api._kernel_for(a, b, out, None, config, shape, dtype, batched, batches, "sm90", H200_SMS)
+    return api._kernel_for(a, b, out, None, config, shape, dtype, batched, batches, gpu, "sm90", H200_SMS)
 
 
 def meta(*shape):
@@ -67,4 +68,42 @@ def test_precompile_plans_what_gemm_will_run(weight_layout, monkeypatch):
     w = meta(4096, 4096)
     for (m, n, k), spec in zip([(1, 4096, 4096), (8192, 4096, 4096)], built):
         b = w.t() if weight_layout else meta(k, n)
-        assert plan(meta(m, k), b)[1] == spec
+        assert plan(meta(m, k), b, gpu="NVIDIA H200")[1] == spec
+
+
+def test_measured_winners_are_the_default_on_the_gpu_they_were_measured_on():
+    x, w = meta(16, 14336), meta(4096, 14336)  # 8B down projection, M bucket 16
+    key = "NVIDIA H200|sm90|bf16->bf16|kkn|m<=16|n=4096|k=14336|l=1"
+    measured = autotune.measured_config(key)
+    assert measured is not None
+    mode, spec, _ = plan(x, w.t(), gpu="NVIDIA H200")
+    assert (spec.config.tile_m, spec.config.tile_n, spec.config.split_k) == \
+        (measured.tile_m, measured.tile_n, measured.split_k)
+    assert mode == ("swap" if measured.swap_ab else "direct")
+    # Another GPU, or an unmeasured shape: the model decides.
+    assert autotune.measured_config(key.replace("H200", "H100")) is None
+
+
+def test_a_measured_swap_is_not_applied_where_operands_cannot_swap():
+    swapped = [key for key, fields in MEASURED.items() if fields.get("swap_ab")]
+    assert swapped, "the table has swapped decode winners"
+    key = swapped[0]
+    m = int(key.split("|")[4][3:])
+    n, k = (int(part.split("=")[1]) for part in key.split("|")[5:7])
+    x = meta(1, m, k)  # 3-D activations fold into one M: no swap possible
+    mode, spec, _ = plan(x, meta(n, k).t(), gpu="NVIDIA H200")
+    assert mode == "fold" and spec.config.tile_n >= 64
+
+
+def test_the_packaged_table_is_what_the_script_writes_from_the_committed_results():
+    import json
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    sys.path.insert(0, str(root / "benchmarks"))
+    import tuned_table
+
+    results = root / "benchmarks" / "results" / "autotune_h200_suite.json"
+    rendered = tuned_table.render(json.loads(results.read_text()), "benchmarks/results/autotune_h200_suite.json")
+    assert rendered == (root / "src" / "wsgemm" / "tuned_table.py").read_text()

@@ -21,6 +21,7 @@ import torch
 from . import compile as compile_mod
 from . import config as cfg
 from .dispatch import HARDWARE_VERIFIED_ARCHS, arch_for_capability
+from . import autotune
 from .autotune import AUTOTUNE
 from .errors import DeviceError, ShapeError, UnsupportedDtypeError
 from .heuristics import choose_config
@@ -286,9 +287,9 @@ def make_plan(a, b, out, out_dtype, config) -> Plan:
     m, k, n = a.shape[-2], a.shape[-1], b.shape[-1]
     if m * n * batches == 0 or k == 0:
         return Plan("trivial", shape, dtype, a.device)
-    arch, sm_count, _ = _device_facts(a.device.index or 0)
+    arch, sm_count, gpu = _device_facts(a.device.index or 0)
     mode, spec, (kernel_m, kernel_n, kernel_batches) = _kernel_for(
-        a, b, out, out_dtype, config, shape, dtype, batched, batches, arch, sm_count)
+        a, b, out, out_dtype, config, shape, dtype, batched, batches, gpu, arch, sm_count)
     grid = TileGrid.for_problem(kernel_m, kernel_n, kernel_batches, spec.config)
     workspace = split_k.workspace_elems(grid.padded_tiles, spec.config.split_k,
                                         spec.config.tile_m, spec.config.tile_n)
@@ -304,7 +305,7 @@ def make_plan(a, b, out, out_dtype, config) -> Plan:
     return Plan(mode, shape, dtype, a.device, kernel, clusters, spec, workspace)
 
 
-def _kernel_for(a, b, out, out_dtype, config, shape, dtype, batched, batches, arch, sm_count):
+def _kernel_for(a, b, out, out_dtype, config, shape, dtype, batched, batches, gpu, arch, sm_count):
     """(mode, KernelSpec, kernel problem (M, N, batches)) for validated operands; also
     runs on meta tensors (``precompile``), except for ``config="autotune"``."""
     m, k, n = a.shape[-2], a.shape[-1], b.shape[-1]
@@ -314,9 +315,14 @@ def _kernel_for(a, b, out, out_dtype, config, shape, dtype, batched, batches, ar
     # D^T = B^T A^T runs the same kernel on transposed views (2-D, readable operands).
     can_swap = mode == "direct" and a.dim() == 2 and b.dim() == 2
     if config == AUTOTUNE:
-        config = _autotuned(a, b, out, out_dtype, arch, (a_major, b_major, d_major), kernel_m, n, k,
+        config = _autotuned(a, b, out, out_dtype, gpu, arch, (a_major, b_major, d_major), kernel_m, n, k,
                             kernel_batches, sm_count, dtype, can_swap)
-    config = config or choose_config(arch, kernel_m, n, k, kernel_batches, sm_count, can_swap)
+    if config is None:
+        # A winner measured on this GPU for this shape bucket, else the model's choice.
+        key = _bucket_key(gpu, arch, a.dtype, dtype, (a_major, b_major, d_major), kernel_m, n, k, kernel_batches)
+        measured = autotune.measured_config(key)
+        config = measured if measured is not None and (can_swap or not measured.swap_ab) else \
+            choose_config(arch, kernel_m, n, k, kernel_batches, sm_count, can_swap)
     if config.swap_ab and can_swap:
         mode, kernel_m, kernel_n = "swap", n, m
         a_major, b_major, d_major = _swapped_majors(a, b, out, shape, dtype)
@@ -334,17 +340,19 @@ def _swapped_majors(a, b, out, shape, dtype) -> tuple[str, str, str]:
     return tma_major(b.t()), tma_major(a.t()), tma_major(d.t())
 
 
-def _autotuned(a, b, out, out_dtype, arch, majors, m, n, k, batches, sm_count, dtype,
+def _bucket_key(gpu, arch, ab_dtype, out_dtype, majors, m, n, k, batches) -> str:
+    kernel_majors = tuple(_KERNEL_MAJOR[operand, mode] for operand, mode in zip("abd", majors))
+    return autotune.bucket_key(gpu, arch, TORCH_DTYPES[ab_dtype], TORCH_DTYPES[out_dtype], kernel_majors,
+                               m, n, k, batches)
+
+
+def _autotuned(a, b, out, out_dtype, gpu, arch, majors, m, n, k, batches, sm_count, dtype,
                can_swap) -> cfg.GemmConfig:
     if arch != "sm90":
         raise cfg.ConfigError(f"config='autotune' times kernels on the GPU; it is available on sm90, not {arch}")
-    from . import autotune
     from .heuristics import ranked_sm90_configs
 
-    _, _, gpu = _device_facts(a.device.index or 0)
-    kernel_majors = tuple(_KERNEL_MAJOR[operand, mode] for operand, mode in zip("abd", majors))
-    key = autotune.bucket_key(gpu, arch, TORCH_DTYPES[a.dtype], TORCH_DTYPES[dtype], kernel_majors, m, n, k,
-                              batches)
+    key = _bucket_key(gpu, arch, a.dtype, dtype, majors, m, n, k, batches)
     ranked = ranked_sm90_configs(m, n, k, batches, sm_count, can_swap)
     candidates = [c for _, c in ranked[:autotune.TOP_CANDIDATES]]
     return autotune.tuned_config(a, b, out, out_dtype, key=key, candidates=candidates)
@@ -435,7 +443,7 @@ def precompile(shapes, dtype: torch.dtype = torch.bfloat16, *, weight_layout: bo
     """
     device = torch.device(device or "cuda")
     index = device.index if device.index is not None else torch.cuda.current_device()
-    arch, sm_count, _ = _device_facts(index)
+    arch, sm_count, gpu = _device_facts(index)
     shapes = [tuple(s) for s in shapes]
     bar = _progress(shapes, progress)
     seconds = {}
@@ -447,7 +455,7 @@ def precompile(shapes, dtype: torch.dtype = torch.bfloat16, *, weight_layout: bo
             torch.empty(k, n, dtype=dtype, device="meta")
         result_shape, result_dtype, batched, batches = validate_shapes_and_dtypes(a, b, None, out_dtype, None)
         _, spec, _ = _kernel_for(a, b, None, out_dtype, None, result_shape, result_dtype, batched, batches,
-                                 arch, sm_count)
+                                 gpu, arch, sm_count)
         known = spec in compile_mod.KERNEL_CACHE
         seconds[shape] = 0.0 if known else compile_mod.KERNEL_CACHE.get(spec).compile_seconds
     return seconds
