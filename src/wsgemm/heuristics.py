@@ -5,9 +5,11 @@ for each candidate tile shape and split-K factor it estimates the time of the
 busiest SM (waves of work items, each bound by its MMA or its operand traffic),
 the HBM time of the whole problem, and the split-K fix-up. The model's constants
 are rough; its job is to get the *shape* of the trade-off right (fill the SMs,
-prefer wide tiles, do not split what is already full). ``wsgemm.autotune`` times
-the model's best few candidates for real. benchmarks/NOTES.md records the
-measurements behind the constants.
+prefer wide tiles, do not split what is already full, swap A and B for decode).
+``wsgemm.autotune`` times the model's best candidates for real, and where it has
+measured a shape bucket on this GPU (``wsgemm.tuned_table``) ``wsgemm.api`` uses
+that winner instead. benchmarks/NOTES.md records the measurements behind the
+constants.
 """
 
 from __future__ import annotations
@@ -38,7 +40,7 @@ class ThroughputModel:
     load_latency_s: float = 1.0e-6
     # What one SM pulls from HBM when nothing else limits it. Fitted: swapped decode
     # GEMMs with 64 of 132 SMs streaming the weight ran at ~1.9 TB/s, with 128 SMs
-    # at ~3.7 TB/s (benchmarks/NOTES.md section 5): ~30 GB/s per SM.
+    # at ~3.7 TB/s (benchmarks/NOTES.md section 6): ~30 GB/s per SM.
     sm_hbm_bytes_per_s: float = 30e9
     # One SM's bandwidth to L2 (operand tiles other tiles also read, which L2 serves,
     # and the split-K fix-up's fp32 stores and loads): ~64 B per clock at 1.98 GHz.
@@ -105,8 +107,8 @@ def ranked_sm90_configs(m: int, n: int, k: int, batches: int, sm_count: int, can
     D^T = B^T A^T) is possible; it is considered for M <= 64, where the tokens fit
     one 16-, 32- or 64-wide N tile instead of a mostly empty 64-row M tile.
     """
-    ranked = [(t, c) for t, c in _candidates(m, n, k, batches, sm_count, (64,) if m <= 64 else (128,),
-                                              (256, 192, 128, 64), False, model)]
+    ranked = list(_candidates(m, n, k, batches, sm_count, (64,) if m <= 64 else (128,), (256, 192, 128, 64),
+                              False, model))
     if can_swap and batches == 1 and m <= SWAP_AB_MAX_M:
         # One N tile must hold every token: with two, each weight tile is streamed twice
         # (the L2 cannot keep a whole weight matrix between the two visits).
