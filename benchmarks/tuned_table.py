@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from dataclasses import asdict
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -24,10 +23,10 @@ TARGET = ROOT / "src" / "wsgemm" / "tuned_table.py"
 
 
 def render(entries: dict, source: str) -> str:
+    from wsgemm.autotune import _jsonable
     from wsgemm.config import GemmConfig
 
-    defaults = asdict(GemmConfig())
-    defaults["raster"], defaults["lookahead"] = GemmConfig().raster.value, GemmConfig().lookahead.value
+    defaults = _jsonable(GemmConfig())  # the same encoding as the autotune file's entries
     lines = [
         '"""Measured best configurations per autotune shape bucket (generated; do not edit).',
         "",

@@ -14,7 +14,7 @@ constants.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from .config import MAX_STAGES, GemmConfig, Raster
 from .kernels.common.scheduler import ceil_div
@@ -138,17 +138,15 @@ def _candidates(m, n, k, batches, sm_count, tile_ms, tile_ns, swap_ab, model):
                 if split > 1 and (tiles * split > sm_count or k_blocks < split * MIN_K_BLOCKS_PER_SPLIT):
                     continue
                 seconds = estimate_seconds(m, n, k, batches, sm_count, tile_m, tile_n, split, model)
-                config = _sm90_config(m, n, batches, sm_count, tile_m, tile_n, split)
-                yield seconds, (replace(config, swap_ab=True) if swap_ab else config)
+                yield seconds, _sm90_config(m, tiles, sm_count, tile_m, tile_n, split, swap_ab)
 
 
-def _sm90_config(m, n, batches, sm_count, tile_m, tile_n, split) -> GemmConfig:
-    tiles = ceil_div(m, tile_m) * ceil_div(n, tile_n) * batches
+def _sm90_config(m, tiles, sm_count, tile_m, tile_n, split, swap_ab) -> GemmConfig:
     # A 2-CTA cluster along M shares each B tile through multicast, halving B's L2
     # traffic; only worth it when there are at least two M tiles to pair and two waves.
     cluster_m = 2 if ceil_div(m, tile_m) >= 2 and tiles * split >= 2 * sm_count else 1
     return GemmConfig(tile_m=tile_m, tile_n=tile_n, tile_k=TILE_K, cluster_m=cluster_m, cluster_n=1,
-                      raster=Raster.ALONG_M, swizzle=1, split_k=split)
+                      raster=Raster.ALONG_M, swizzle=1, split_k=split, swap_ab=swap_ab)
 
 
 def choose_config(arch: str, m: int, n: int, k: int, batches: int, sm_count: int,
