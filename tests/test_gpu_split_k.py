@@ -34,8 +34,8 @@ def flags_are_zero():
 @pytest.mark.parametrize("config", SPLIT_CONFIGS, ids=lambda c: c.short())
 @pytest.mark.parametrize(
     "m, n, k",
-    [(1, 4096, 4096), (512, 1024, 8192), (333, 517, 2000), (200, 300, 64 * 13)],
-    ids=["decode", "even", "ragged", "blocks-not-divisible"],
+    [(1, 4096, 4096), (512, 1024, 8192), (333, 517, 2000), (200, 300, 64 * 13), (1100, 2200, 1500)],
+    ids=["decode", "even", "ragged", "blocks-not-divisible", "whole-waves-then-split-tail"],
 )
 def test_split_k_matches_reference(config, m, n, k):
     a, b = rand(m, k), rand(k, n)
@@ -118,6 +118,19 @@ def test_heuristic_splits_a_long_k_shape_and_is_correct():
     plan = wsgemm.api.make_plan(a, w.t(), None, None, None)
     assert plan.spec.config.split_k > 1 and plan.workspace[0] > 0
     check(run(a, w.t()), a, w.t())
+
+
+def test_only_the_last_partial_wave_is_split():
+    """160 tiles of 128x256 on 132 SMs: one wave of whole tiles, then 28 tiles in
+    4 splits each, whose workspace holds only those 28 tiles."""
+    a, w = rand(512, 8192), rand(10240, 8192)
+    config = GemmConfig(tile_m=128, tile_n=256, split_k=4)
+    plan = wsgemm.api.make_plan(a, w.t(), None, None, config)
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    assert plan.clusters == sms and plan.workspace[0] == 160 % sms
+    for _ in range(2):  # the second launch finds the flags the first one left at zero
+        check(run(a, w.t(), config=config), a, w.t())
+    assert flags_are_zero()
 
 
 @pytest.mark.parametrize("m", [1, 5, 16, 17, 32, 64])

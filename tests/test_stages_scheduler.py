@@ -41,8 +41,8 @@ def test_every_output_tile_is_computed_exactly_once(tiles_m, tiles_n, batches, c
     for c in range(clusters):
         for cm in range(cluster_m):
             for cn in range(cluster_n):
-                for m, n, l, split in grid.cta_work(c, clusters, cm, cn):
-                    assert split == 0
+                for m, n, l, split, splits in grid.cta_work(c, clusters, cm, cn):
+                    assert (split, splits) == (0, 1)
                     seen[(m, n, l)] += 1
     real = {(m, n, l): 1 for m in range(tiles_m) for n in range(tiles_n) for l in range(batches)}
     assert {t: v for t, v in seen.items() if t[0] < tiles_m and t[1] < tiles_n} == real
@@ -72,10 +72,10 @@ def test_persistent_grid_never_exceeds_work_or_residency():
     assert TileGrid(64, 32, 1).launch_clusters(132) == 132
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(
-    tiles_m=st.integers(1, 6),
-    tiles_n=st.integers(1, 6),
+    tiles_m=st.integers(1, 8),
+    tiles_n=st.integers(1, 8),
     batches=st.integers(1, 2),
     cluster_m=st.sampled_from([1, 2]),
     split_k=st.integers(2, 5),
@@ -83,27 +83,46 @@ def test_persistent_grid_never_exceeds_work_or_residency():
 )
 def test_split_k_covers_every_split_once_and_cannot_deadlock(tiles_m, tiles_n, batches, cluster_m, split_k,
                                                               clusters):
-    """Each (tile, split) runs once; and with every cluster resident and walking its
-    items in order, a last split (which waits for the tile's other splits) never
-    waits forever: simulate the clusters stepping in lock-step rounds."""
+    """Each (tile, split) runs once; only the last partial wave's tiles are split; and
+    with every cluster resident and walking its items in order, a last split (which
+    waits for the tile's other splits) never waits forever: simulate the clusters
+    stepping in lock-step rounds."""
     grid = TileGrid(tiles_m, tiles_n, batches, cluster_m, 1, True, 1, split_k)
     clusters = grid.launch_clusters(clusters)
     queues = [list(grid.cta_work(c, clusters, 0, 0)) for c in range(clusters)]
     items = Counter(item for q in queues for item in q)
     assert set(items.values()) == {1}
-    assert {(m, n, l) for m, n, l, _ in items} == {
-        (m, n, l) for m in range(grid.clusters_m * cluster_m) if m % cluster_m == 0
-        for n in range(tiles_n) for l in range(batches)}
+    tiles = {(m, n, l) for m in range(grid.clusters_m * cluster_m) if m % cluster_m == 0
+             for n in range(tiles_n) for l in range(batches)}
+    assert {(m, n, l) for m, n, l, _, _ in items} == tiles
+    split_tiles = {(m, n, l) for m, n, l, _, splits in items if splits > 1}
+    assert len(split_tiles) == grid.split_tiles(clusters) // cluster_m == len(tiles) % clusters
+    for m, n, l in split_tiles:
+        assert sorted(s for tm, tn, tl, s, _ in items if (tm, tn, tl) == (m, n, l)) == list(range(split_k))
     done = Counter()
     while any(queues):
         progressed = False
         for q in queues:
             if not q:
                 continue
-            m, n, l, split = q[0]
-            if split == split_k - 1 and done[(m, n, l)] < split_k - 1:
+            m, n, l, split, splits = q[0]
+            if split == splits - 1 and done[(m, n, l)] < splits - 1:
                 continue  # the last split spins on the tile's arrival flag
             done[(m, n, l)] += 1
             q.pop(0)
             progressed = True
         assert progressed, "every remaining cluster is waiting: deadlock"
+
+
+def test_split_k_splits_only_the_last_partial_wave():
+    # 160 tiles on 132 clusters: 132 whole tiles, then 28 tiles in 4 splits each.
+    grid = TileGrid(4, 40, 1, split_k=4)
+    assert grid.launch_clusters(132) == 132
+    assert grid.work_items(132) == 132 + 28 * 4
+    assert grid.split_tiles(132) == 28
+    # Fewer tiles than clusters: every tile is split (classic split-K) ...
+    assert TileGrid(2, 16, 1, split_k=4).launch_clusters(132) == 128
+    assert TileGrid(2, 16, 1, split_k=4).split_tiles(128) == 32
+    # ... and tiles that fill whole waves are not split at all.
+    assert TileGrid(4, 66, 1, split_k=4).split_tiles(132) == 0
+    assert TileGrid(4, 66, 1, split_k=4).work_items(132) == 264

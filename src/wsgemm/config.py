@@ -58,9 +58,10 @@ class GemmConfig:
     # SM100 only: tensor-memory accumulator buffers (MMA of tile t+1 overlaps
     # the epilogue of tile t when >= 2).
     acc_stages: int = 2
-    # SM90 only: split each output tile's K range over this many work items; the
-    # last one to run adds the others' fp32 partial sums (see kernels/common/split_k.py).
-    # Fills the SMs when there are fewer output tiles than SMs and K is long.
+    # SM90 only: split the K range of each output tile of the last, partial wave over
+    # this many work items; the last one to run adds the others' fp32 partial sums
+    # (see kernels/common/split_k.py). With fewer tiles than SMs that is every tile;
+    # when the tiles fill whole waves, nothing is split.
     split_k: int = 1
     # Compute D^T = B^T A^T instead (2-D operands only; wsgemm.api swaps the views,
     # the kernel is unchanged): a decode-sized M becomes the MMA's N, where a 16- or

@@ -15,9 +15,10 @@ Warp roles of a CTA (``1 + consumer_warpgroups`` warpgroups of 128 threads):
 Pipelines: ``SmemRing`` (TMA -> wgmma, full/empty mbarriers) and the epilogue's
 bulk-store groups (``cp.async.bulk.wait_group.read`` guards smem reuse).
 Scheduling: :mod:`.common.scheduler`, identical in both roles. With
-``config.split_k > 1`` a work item is one K range of a tile; the consumers of all
-but the last split publish fp32 partial sums instead of running the epilogue
-(:mod:`.common.split_k`), which changes no barrier of the pipeline.
+``config.split_k > 1`` the tiles of the last, partial wave are split: such a work
+item is one K range of a tile, and the consumers of all but the last split publish
+fp32 partial sums instead of running the epilogue (:mod:`.common.split_k`), which
+changes no barrier of the pipeline.
 """
 
 from __future__ import annotations
@@ -295,12 +296,13 @@ class Sm90Gemm(GemmKernelBase):
             token = ring.producer_try_acquire(count)
 
         splits = self.config.split_k
-        total_work = clusters_m * clusters_n * batches * splits
+        units = clusters_m * clusters_n * batches
+        total_work = split_k.work_items(units, num_clusters, splits)
         work = cluster_id
         while work < total_work:
-            tile_work, split = split_k.split_of_work(work, splits)
-            tile_m, tile_n, batch = self.tile_of(tile_work, sched)
-            kb_first, kb_count = split_k.k_range(split, k_blocks, splits)
+            unit, split, unit_splits, _ = split_k.item_of_work(work, units, num_clusters, splits)
+            tile_m, tile_n, batch = self.tile_of(unit, sched)
+            kb_first, kb_count = split_k.k_range(split, k_blocks, unit_splits)
 
             def issue_copies(kb, slot, full):
                 cute.copy(tma_a, tAgA[(None, tile_m, kb_first + kb, batch)], tAsA[(None, slot)],
@@ -362,12 +364,13 @@ class Sm90Gemm(GemmKernelBase):
         epi_count = Int32(0)  # epilogue sub-tiles stored so far, rotates sD buffers
         tiled_mma.set(cute.nvgpu.warpgroup.Field.ACCUMULATE, True)
         splits = self.config.split_k
-        total_work = clusters_m * clusters_n * batches * splits
+        units = clusters_m * clusters_n * batches
+        total_work = split_k.work_items(units, num_clusters, splits)
         work = cluster_id
         while work < total_work:
-            tile_work, split = split_k.split_of_work(work, splits)
-            tile_m, tile_n, batch = self.tile_of(tile_work, sched)
-            _, kb_count = split_k.k_range(split, k_blocks, splits)
+            unit, split, unit_splits, tail_index = split_k.item_of_work(work, units, num_clusters, splits)
+            tile_m, tile_n, batch = self.tile_of(unit, sched)
+            _, kb_count = split_k.k_range(split, k_blocks, unit_splits)
             acc.fill(0.0)
             # Keep one wgmma batch in flight: wait for the previous k-block's wgmma
             # (not this one's) before releasing the previous slot.
@@ -389,15 +392,16 @@ class Sm90Gemm(GemmKernelBase):
 
             is_last_split = Boolean(True)
             if cutlass.const_expr(splits > 1):
-                # Tiles are numbered over the cluster-padded grid, as the workspace is.
-                tile_id = (batch * (clusters_m * cm) + tile_m) * (clusters_n * cn) + tile_n
-                is_last_split = split == splits - 1
-                if is_last_split:
-                    split_k.accumulate_partials(acc, partials, flags, tile_id, splits,
+                is_last_split = split == unit_splits - 1
+                if unit_splits > 1:
+                    # The workspace numbers the split tiles by their place in the tail.
+                    tile_id = tail_index * (cm * cn) + cta_m * cn + cta_n
+                    if is_last_split:
+                        split_k.accumulate_partials(acc, partials, flags, tile_id, splits,
+                                                    consumer_tidx, self.consumer_threads, epi_barrier)
+                    else:
+                        split_k.publish_partial(acc, partials, flags, tile_id, split, splits,
                                                 consumer_tidx, self.consumer_threads, epi_barrier)
-                else:
-                    split_k.publish_partial(acc, partials, flags, tile_id, split, splits,
-                                            consumer_tidx, self.consumer_threads, epi_barrier)
             if is_last_split:
                 # ---- epilogue: registers -> smem -> TMA store, one sub-tile at a time ----
                 gD_tile = gD[(None, None, tile_m, tile_n, batch)]

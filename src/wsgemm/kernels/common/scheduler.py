@@ -18,7 +18,7 @@ from typing import Iterator
 
 import cutlass
 
-from .split_k import split_of_work
+from . import split_k
 
 
 def ceil_div(a, b):
@@ -89,29 +89,41 @@ class TileGrid:
         return ceil_div(self.tiles_n, self.cluster_n)
 
     @property
-    def padded_tiles(self) -> int:
-        """Output tiles including the padding up to whole clusters (what the kernels
-        number their split-K workspace by)."""
-        return self.clusters_m * self.cluster_m * self.clusters_n * self.cluster_n * self.batches
+    def units(self) -> int:
+        """Work units: cluster-sized groups of output tiles, including the padding up
+        to whole clusters (the kernel loads zeros there and stores nothing)."""
+        return self.clusters_m * self.clusters_n * self.batches
 
-    @property
-    def work_items(self) -> int:
-        return self.clusters_m * self.clusters_n * self.batches * self.split_k
+    def work_items(self, clusters: int) -> int:
+        """Work items on a persistent grid of ``clusters`` (split-K adds the splits of
+        the last wave's tiles, see ``split_k``)."""
+        return split_k.work_items(self.units, clusters, self.split_k)
 
     def launch_clusters(self, max_active_clusters: int) -> int:
-        """Persistent grid size: never more clusters than work, nor than fit at once."""
-        return max(1, min(self.work_items, max_active_clusters))
+        """Persistent grid size: never more clusters than work, nor than fit at once.
 
-    def cta_work(self, cluster: int, clusters: int, cta_m: int, cta_n: int) -> Iterator[tuple[int, int, int, int]]:
-        """``(tile_m, tile_n, batch, split)`` of the work items CTA ``(cta_m, cta_n)`` of
-        cluster ``cluster`` visits, in order (split is always 0 without split-K).
+        The split tail the kernel derives from this grid (``units % clusters``) is the
+        one ``max_active_clusters`` gives: a grid smaller than that only happens when
+        every unit is in the tail either way.
+        """
+        return max(1, min(self.work_items(max_active_clusters), max_active_clusters))
+
+    def split_tiles(self, clusters: int) -> int:
+        """CTA tiles whose K range is split on a grid of ``clusters`` (what the split-K
+        workspace is sized by)."""
+        return split_k.tail_units(self.units, clusters, self.split_k) * self.cluster_m * self.cluster_n
+
+    def cta_work(self, cluster: int, clusters: int, cta_m: int, cta_n: int) -> Iterator[tuple[int, ...]]:
+        """``(tile_m, tile_n, batch, split, splits)`` of the work items CTA
+        ``(cta_m, cta_n)`` of cluster ``cluster`` visits, in order; ``splits`` is 1 for
+        a whole tile (always, without split-K).
 
         Includes the padding tiles past the edge when the tile count is not a
         multiple of the cluster shape (the kernel loads zeros there and stores nothing).
         """
-        for work in range(cluster, self.work_items, clusters):
-            tile_work, split = split_of_work(work, self.split_k)
+        for work in range(cluster, self.work_items(clusters), clusters):
+            unit, split, splits, _ = split_k.item_of_work(work, self.units, clusters, self.split_k)
             cm, cn, batch = cluster_coord_of_work(
-                tile_work, self.clusters_m, self.clusters_n, self.along_m, self.swizzle
+                unit, self.clusters_m, self.clusters_n, self.along_m, self.swizzle
             )
-            yield cm * self.cluster_m + cta_m, cn * self.cluster_n + cta_n, batch, split
+            yield cm * self.cluster_m + cta_m, cn * self.cluster_n + cta_n, batch, split, splits

@@ -2,10 +2,18 @@
 
 When a problem has fewer output tiles than SMs (decode-like M, or M = 512 against
 a 4096-wide weight) most SMs would idle while a few stream a long K each. Split-K
-cuts every tile's k-blocks into ``splits`` contiguous ranges; each range is its own
-work item, so ``tiles * splits`` items fill the persistent grid.
+cuts a tile's k-blocks into ``splits`` contiguous ranges; each range is its own
+work item, so the items fill the persistent grid.
 
-The partial sums meet in an fp32 **workspace** in global memory:
+Only the tiles of the last, partial wave are split ("data-parallel + split tail",
+the idea behind the hybrid schedules of stream-K): with ``units`` work units
+(cluster-sized tiles) on a grid of ``clusters``, the first ``units - tail`` run
+whole, one per cluster per wave, and the ``tail = units % clusters`` left over,
+which would otherwise keep a few SMs busy for a whole extra tile while the rest
+idle, run as ``tail * splits`` shorter items. With fewer tiles than clusters that is
+every tile (classic split-K); when the tiles fill whole waves, nothing is split.
+
+The partial sums of a split tile meet in an fp32 **workspace** in global memory:
 
 * every split but the last stores its accumulators to its own slot, in *fragment
   order* (element ``v`` of consumer thread ``t`` at ``v * threads + t``: the
@@ -15,11 +23,14 @@ The partial sums meet in an fp32 **workspace** in global memory:
 * the last split waits until the flag says ``splits - 1``, resets it to 0 for the
   next launch, adds the slots into its own accumulators and runs the normal epilogue.
 
-Why the wait cannot deadlock: the splits of a tile are consecutive work items, a
-cluster walks its items in increasing order, and the persistent grid is never larger
-than what is co-resident. The unfinished item with the smallest index therefore
-always runs, and if it is a last split, the splits it waits for (smaller indices)
-are done.
+Slots and flags are numbered by the tile's place in the tail, so the workspace
+holds at most one wave of split tiles, whatever the problem size.
+
+Why the wait cannot deadlock: whole tiles come first and never wait; the splits of a
+tile are consecutive work items; a cluster walks its items in increasing order; and
+the persistent grid is never larger than what is co-resident. The unfinished item
+with the smallest index therefore always runs, and if it is a last split, the splits
+it waits for (smaller indices) are done.
 
 The flags start at zero when the workspace is allocated (``wsgemm.api``) and every
 launch leaves them at zero, so a cached workspace needs no memset per call.
@@ -36,11 +47,34 @@ from cutlass import Int32, Int64
 # Integer arithmetic shared by host and device (Python ints or DSL Int32)
 # --------------------------------------------------------------------------------------
 
-def split_of_work(work, splits: int):
-    """(tile work item, split index) of linear work item ``work``: the splits of one
-    tile are consecutive, so they run side by side on neighbouring clusters."""
-    tile_work = work // splits
-    return tile_work, work - tile_work * splits
+def tail_units(units, clusters, splits: int):
+    """Work units left over for a last, partial wave: the ones that are split."""
+    if splits == 1:
+        return 0
+    return units % clusters
+
+
+def work_items(units, clusters, splits: int):
+    """Work items of a launch: the whole units, plus ``splits`` items per tail unit."""
+    return units + tail_units(units, clusters, splits) * (splits - 1)
+
+
+def item_of_work(work, units, clusters, splits: int):
+    """(unit, split, splits of that unit, index of the unit in the tail) of linear work
+    item ``work``. Whole units come first (split 0 of 1); the splits of one tail unit
+    are consecutive, so they run side by side on neighbouring clusters.
+
+    Branch-free integer arithmetic: runs on Python ints (host, tests) and on DSL
+    ``Int32`` values (kernels), where ``work`` varies per loop iteration.
+    """
+    if splits == 1:
+        return work, 0, 1, 0
+    whole = units - units % clusters
+    in_tail = cutlass.min(cutlass.max(work - whole + 1, 0), 1)  # 1 if work >= whole else 0
+    past = cutlass.max(work - whole, 0)
+    tail_index = past // splits
+    unit = work + in_tail * (whole + tail_index - work)
+    return unit, past - tail_index * splits, 1 + in_tail * (splits - 1), tail_index
 
 
 def k_range(split, k_blocks, splits: int):
@@ -51,12 +85,12 @@ def k_range(split, k_blocks, splits: int):
     return begin, end - begin
 
 
-def workspace_elems(output_tiles: int, splits: int, tile_m: int, tile_n: int) -> tuple[int, int]:
-    """(int32 flags, fp32 partial-sum elements) a launch over ``output_tiles`` tiles
-    (padded to whole clusters) needs."""
-    if splits <= 1:
+def workspace_elems(split_tiles: int, splits: int, tile_m: int, tile_n: int) -> tuple[int, int]:
+    """(int32 flags, fp32 partial-sum elements) a launch that splits ``split_tiles``
+    CTA tiles (tail units times CTAs per cluster) needs."""
+    if splits <= 1 or split_tiles == 0:
         return 0, 0
-    return output_tiles, output_tiles * (splits - 1) * tile_m * tile_n
+    return split_tiles, split_tiles * (splits - 1) * tile_m * tile_n
 
 
 # --------------------------------------------------------------------------------------
