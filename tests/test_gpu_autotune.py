@@ -29,7 +29,7 @@ def test_autotune_picks_times_and_remembers(tmp_path, monkeypatch):
     def no_timing(*_):
         raise AssertionError("a cached shape bucket must not be timed again")
 
-    monkeypatch.setattr(autotune, "_time_candidate", no_timing)
+    monkeypatch.setattr(autotune, "_time_candidates", no_timing)
     monkeypatch.setattr(autotune, "_memory", None)  # as a new process would: from disk
     a2 = rand(64, 4096)  # same bucket
     check(run(a2, w.t(), config="autotune"), a2, w.t())

@@ -1,5 +1,5 @@
 from wsgemm import config as cfg
-from wsgemm.heuristics import choose_config, estimate_seconds, ranked_sm90_configs
+from wsgemm.heuristics import candidates_to_time, choose_config, estimate_seconds, ranked_sm90_configs
 
 H200_SMS = 132
 
@@ -30,9 +30,20 @@ def test_few_tiles_and_long_k_split_k_to_fill_the_sms():
     assert c.split_k > 1
 
 
-def test_a_full_wave_of_tiles_is_never_split():
-    for m, n, k in ((8192, 8192, 8192), (2048, 4096, 4096), (512, 28672, 4096), (1, 57344, 8192)):
+def test_whole_waves_and_many_waves_are_not_split():
+    # 8192^3 and 4096x28672: 16-27 waves; 2048x4096 with 128x256 tiles: 256 tiles ...
+    for m, n, k in ((8192, 8192, 8192), (4096, 28672, 4096), (2048, 4096, 4096)):
         assert choose_config("sm90", m, n, k, 1, H200_SMS).split_k == 1
+
+
+def test_the_tiles_of_a_last_partial_wave_are_split():
+    # 512x10240 in 128x256 tiles: 160 tiles, one wave of 132 and a tail of 28; splitting
+    # the tail 4 ways turns a second full tile-time into a quarter of one.
+    c = choose_config("sm90", 512, 10240, 8192, 1, H200_SMS)
+    tiles = (512 // c.tile_m) * (10240 // c.tile_n + (10240 % c.tile_n > 0))
+    assert c.split_k > 1 and tiles > H200_SMS
+    split_seconds = estimate_seconds(512, 10240, 8192, 1, H200_SMS, c.tile_m, c.tile_n, c.split_k)
+    assert split_seconds < 0.9 * estimate_seconds(512, 10240, 8192, 1, H200_SMS, c.tile_m, c.tile_n)
 
 
 def test_short_k_is_not_split():
@@ -53,3 +64,16 @@ def test_every_heuristic_choice_is_a_valid_config():
             for n, k in ((64, 4096), (4096, 4096), (28672, 4096), (4096, 28672)):
                 config = choose_config(arch, m, n, k, 1, H200_SMS)
                 cfg.make_spec(arch, "bf16", "bf16", "k", "k", "n", config)  # raises if invalid
+
+
+def test_autotune_times_both_swapped_and_plain_kernels_for_decode_shapes():
+    # The model keeps 8B QKV at M = 1 unswapped; the autotuner must still try swapping.
+    assert not choose_config("sm90", 1, 6144, 4096, 1, H200_SMS, can_swap=True).swap_ab
+    candidates = candidates_to_time(1, 6144, 4096, 1, H200_SMS, True, 8)
+    assert len(candidates) == len(set(candidates)) == 8
+    assert 3 <= sum(c.swap_ab for c in candidates) <= 4  # half, or every swapped candidate there is
+    assert candidates[0] == choose_config("sm90", 1, 6144, 4096, 1, H200_SMS, can_swap=True)
+    # Without the option, or for large M, it is simply the model's best eight.
+    assert not any(c.swap_ab for c in candidates_to_time(1, 6144, 4096, 1, H200_SMS, False, 8))
+    ranked = [c for _, c in ranked_sm90_configs(4096, 4096, 4096, 1, H200_SMS, True)[:8]]
+    assert candidates_to_time(4096, 4096, 4096, 1, H200_SMS, True, 8) == ranked

@@ -343,11 +343,10 @@ def _autotuned(a, b, out, out_dtype, gpu, arch, majors, m, n, k, batches, sm_cou
                can_swap) -> cfg.GemmConfig:
     if arch != "sm90":
         raise cfg.ConfigError(f"config='autotune' times kernels on the GPU; it is available on sm90, not {arch}")
-    from .heuristics import ranked_sm90_configs
+    from .heuristics import candidates_to_time
 
     key = _bucket_key(gpu, arch, a.dtype, dtype, majors, m, n, k, batches)
-    ranked = ranked_sm90_configs(m, n, k, batches, sm_count, can_swap)
-    candidates = [c for _, c in ranked[:autotune.TOP_CANDIDATES]]
+    candidates = candidates_to_time(m, n, k, batches, sm_count, can_swap, autotune.TOP_CANDIDATES)
     return autotune.tuned_config(a, b, out, out_dtype, key=key, candidates=candidates)
 
 

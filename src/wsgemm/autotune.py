@@ -2,7 +2,9 @@
 inputs, keep the fastest, and remember it on disk.
 
 The model in :mod:`wsgemm.heuristics` ranks configurations; the autotuner compiles
-its best ``TOP_CANDIDATES``, checks each result against the model's first choice,
+``TOP_CANDIDATES`` of them (``heuristics.candidates_to_time``: the model's best, and
+for decode shapes the best swapped and unswapped ones alike), checks each result
+against the first one,
 times single calls after an L2 flush with CUDA events, and stores the winner in a
 JSON file keyed by
 
@@ -20,6 +22,7 @@ import os
 import statistics
 import tempfile
 import threading
+import time
 from dataclasses import asdict
 
 import torch
@@ -29,8 +32,11 @@ from .config import ConfigError, GemmConfig
 
 AUTOTUNE = "autotune"
 TOP_CANDIDATES = 8
-WARMUP_CALLS = 2
+WARMUP_SECONDS = 0.2  # of back-to-back calls before timing: out of the GPU's idle clocks
 TIMED_CALLS = 15
+# GPU clock cycles of spinning before each timed call: ~100 us at the H200's 1.98 GHz,
+# several times the host time of queueing one call.
+HOST_COVER_CYCLES = 200_000
 
 _lock = threading.Lock()
 _memory: dict[str, dict] | None = None
@@ -83,27 +89,42 @@ def measured_config(key: str) -> GemmConfig | None:
     return None if fields is None else GemmConfig(**fields)
 
 
-def _time_candidate(fn, flush: torch.Tensor) -> float:
-    """Median milliseconds of single calls, each after an L2 flush, as a model runs
-    them (weights come from HBM, not from the previous call's L2 lines).
+def _time_candidates(fns: dict, flush: torch.Tensor) -> dict[str, float]:
+    """Median milliseconds per candidate of single calls, each after an L2 flush, as a
+    model runs them (weights come from HBM, not from the previous call's L2 lines).
+
+    The candidates take turns call by call, after a warm-up that keeps the GPU busy:
+    compiling them leaves it idle for seconds, and timing each one straight after its
+    compile measured the GPU's state as much as the kernel (a bucket's candidates
+    took 14-18 us in one H200 run and 28-95 us in the next; benchmarks/NOTES.md
+    section 10). Taking turns exposes every candidate to the same drift.
 
     The flush *reads* a buffer twice the L2's size: a memset would leave the L2 full
-    of dirty lines whose write-back competes with the timed kernel. It also keeps
-    the GPU busy while the host queues the call, so launch overhead does not leak
-    into the timing of small problems.
+    of dirty lines whose write-back competes with the timed kernel. A spin kernel
+    after it keeps the GPU busy while the host queues the timed call: the flush alone
+    (~30 us) was not always longer than queueing a swapped or split call, and the
+    host's time then leaked into the timings of decode shapes (measured 22-54 us for
+    kernels the suite times at 15-20 us; benchmarks/NOTES.md section 10).
     """
-    for _ in range(WARMUP_CALLS):
-        fn()
-    events = []
+    deadline = time.perf_counter() + WARMUP_SECONDS
+    while time.perf_counter() < deadline:
+        for fn in fns.values():
+            flush.sum()
+            fn()
+        torch.cuda.synchronize()
+    events = {name: [] for name in fns}
     for _ in range(TIMED_CALLS):
-        flush.sum()
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        events.append((start, end))
+        for name, fn in fns.items():
+            flush.sum()
+            torch.cuda._sleep(HOST_COVER_CYCLES)
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            fn()
+            end.record()
+            events[name].append((start, end))
     torch.cuda.synchronize()
-    return statistics.median(start.elapsed_time(end) for start, end in events)
+    return {name: statistics.median(start.elapsed_time(end) for start, end in pairs)
+            for name, pairs in events.items()}
 
 
 def _l2_flush_buffer(device) -> torch.Tensor:
@@ -122,12 +143,10 @@ def tuned_config(a, b, out, out_dtype, *, key: str, candidates: list[GemmConfig]
 
     scratch = torch.empty_like(out) if out is not None else None
     reference = None
-    timings: dict[str, float] = {}
+    runnable: dict[str, tuple[GemmConfig, object]] = {}
     rejected: dict[str, str] = {}
-    best = None
-    flush = _l2_flush_buffer(a.device)
     bar = _progress(candidates, progress, key)
-    for config in bar:
+    for config in bar:  # compile and check every candidate, then time them together
         name = config.short()
         try:
             fn = (lambda c: lambda: gemm_eager(a, b, scratch, out_dtype, c))(config)
@@ -142,11 +161,11 @@ def tuned_config(a, b, out, out_dtype, *, key: str, candidates: list[GemmConfig]
             if not err < 2e-2:  # also catches NaN
                 rejected[name] = f"result differs from the first candidate's by {err:.2e}"
                 continue
-        timings[name] = _time_candidate(fn, flush)
-        if best is None or timings[name] < timings[best.short()]:
-            best = config
-    if best is None:
+        runnable[name] = (config, fn)
+    if not runnable:
         raise ConfigError(f"autotune: no candidate ran for {key}: {rejected}")
+    timings = _time_candidates({name: fn for name, (_, fn) in runnable.items()}, _l2_flush_buffer(a.device))
+    best = runnable[min(timings, key=timings.get)][0]
     with _lock:
         entries = dict(_load())
         entries[key] = {"config": _jsonable(best), "ms": timings, "rejected": rejected}

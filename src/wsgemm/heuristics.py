@@ -68,15 +68,36 @@ SWAP_AB_MAX_M = 64
 SWAP_AB_MIN_GAIN = 0.95  # modelled time of the best swap / the best without
 # A split needs enough k-blocks to fill its ring and amortise the fix-up.
 MIN_K_BLOCKS_PER_SPLIT = 4
+# Split the last wave's tiles only when there are at most this many waves.
+MAX_WAVES_TO_SPLIT = 4
 
 
 def estimate_seconds(m: int, n: int, k: int, batches: int, sm_count: int, tile_m: int, tile_n: int,
                      split_k: int = 1, model: ThroughputModel = H200) -> float:
-    """Modelled run time of one SM90 configuration on an ``sm_count``-SM GPU."""
+    """Modelled run time of one SM90 configuration on an ``sm_count``-SM GPU.
+
+    With ``split_k > 1`` only the tiles of the last partial wave are split
+    (``kernels/common/split_k.py``): full waves of whole tiles, then the split tail.
+    """
     tiles = ceil_div(m, tile_m) * ceil_div(n, tile_n) * batches
-    units = tiles * split_k
-    waves = ceil_div(units, sm_count)
-    k_blocks = ceil_div(ceil_div(k, TILE_K), split_k)
+    tail = tiles % sm_count if split_k > 1 else 0
+    k_blocks = ceil_div(k, TILE_K)
+    busiest_sm = (tiles - tail) // sm_count * _tile_seconds(m, n, k_blocks, tile_m, tile_n, model)
+    if tail:
+        split_blocks = ceil_div(k_blocks, split_k)
+        busiest_sm += ceil_div(tail * split_k, sm_count) * _tile_seconds(m, n, split_blocks, tile_m, tile_n, model)
+        # The last split stores nothing until it has read the others' fp32 tiles; the
+        # others' stores run alongside.
+        busiest_sm += split_k * tile_m * tile_n * 4 / model.sm_l2_bytes_per_s
+    elif tiles % sm_count:
+        busiest_sm += _tile_seconds(m, n, k_blocks, tile_m, tile_n, model)
+    partial_bytes = (split_k - 1) * tail * tile_m * tile_n * 4 * 2  # written, then read back
+    hbm = ((m * k + k * n) * 2 * batches + partial_bytes) / model.hbm_bytes_per_s
+    return max(busiest_sm, hbm)
+
+
+def _tile_seconds(m: int, n: int, k_blocks: int, tile_m: int, tile_n: int, model: ThroughputModel) -> float:
+    """One work item of ``k_blocks`` k-blocks: bound by its MMAs or its operand loads."""
     k_elems = k_blocks * TILE_K
     mma = 2 * tile_m * tile_n * k_elems / (model.mma_flops_per_sm * MMA_EFFICIENCY[tile_m, tile_n])
     stage_bytes = (tile_m + tile_n) * TILE_K * 2
@@ -90,13 +111,7 @@ def estimate_seconds(m: int, n: int, k: int, batches: int, sm_count: int, tile_m
     a_rate, b_rate = (min(rate, in_flight / model.load_latency_s) for rate in (a_rate, b_rate))
     oob_rows = tile_m + tile_n - a_rows - b_rows
     loads = k_blocks * TILE_K * 2 * (a_rows / a_rate + b_rows / b_rate + oob_rows / model.oob_fill_bytes_per_s)
-    busiest_sm = waves * max(mma, loads)
-    partial_bytes = (split_k - 1) * tiles * tile_m * tile_n * 4 * 2  # written, then read back
-    hbm = ((m * k + k * n) * 2 * batches + partial_bytes) / model.hbm_bytes_per_s
-    # The last split stores nothing until it has read the others' fp32 tiles; the
-    # others' stores run alongside.
-    fixup = split_k * tile_m * tile_n * 4 / model.sm_l2_bytes_per_s if split_k > 1 else 0.0
-    return max(busiest_sm, hbm) + fixup
+    return max(mma, loads)
 
 
 def ranked_sm90_configs(m: int, n: int, k: int, batches: int, sm_count: int, can_swap: bool = False,
@@ -107,17 +122,46 @@ def ranked_sm90_configs(m: int, n: int, k: int, batches: int, sm_count: int, can
     D^T = B^T A^T) is possible; it is considered for M <= 64, where the tokens fit
     one 16-, 32- or 64-wide N tile instead of a mostly empty 64-row M tile.
     """
-    ranked = list(_candidates(m, n, k, batches, sm_count, (64,) if m <= 64 else (128,), (256, 192, 128, 64),
-                              False, model))
+    ranked = _plain_candidates(m, n, k, batches, sm_count, model)
     if can_swap and batches == 1 and m <= SWAP_AB_MAX_M:
-        # One N tile must hold every token: with two, each weight tile is streamed twice
-        # (the L2 cannot keep a whole weight matrix between the two visits).
-        narrow = tuple(t for t in (16, 32, 64) if t >= m)[:1]
-        swapped = list(_candidates(n, m, k, 1, sm_count, (64, 128), narrow, True, model))
+        swapped = _swapped_candidates(m, n, k, sm_count, model)
         # Swap only for a clear gain: the transposed views cost host time on every call.
-        if min(t for t, _ in swapped) < SWAP_AB_MIN_GAIN * min(t for t, _ in ranked):
-            ranked += swapped
-    # Ties (within 2 %) go to no split, then to the wider tile: less workspace, fewer stores.
+        if swapped[0][0] < SWAP_AB_MIN_GAIN * ranked[0][0]:
+            return _break_ties(ranked + swapped)
+    return ranked
+
+
+def candidates_to_time(m: int, n: int, k: int, batches: int, sm_count: int, can_swap: bool, count: int,
+                       model: ThroughputModel = H200) -> list[GemmConfig]:
+    """What ``config="autotune"`` times: the model's best ``count``; for decode shapes
+    that can swap A and B, the best half of each kind, because the model's choice
+    between them is its least reliable (the model keeps 8B QKV at M = 1 unswapped;
+    measured at M <= 8, swapped ran 18.6 us against 21.8 us; benchmarks/NOTES.md
+    section 10)."""
+    plain = _plain_candidates(m, n, k, batches, sm_count, model)
+    if not (can_swap and batches == 1 and m <= SWAP_AB_MAX_M):
+        return [c for _, c in plain[:count]]
+    swapped = _swapped_candidates(m, n, k, sm_count, model)
+    half = min(count // 2, len(swapped))
+    return [c for _, c in plain[:count - half] + swapped[:half]]
+
+
+def _plain_candidates(m, n, k, batches, sm_count, model):
+    return _break_ties(list(_candidates(m, n, k, batches, sm_count, (64,) if m <= 64 else (128,),
+                                        (256, 192, 128, 64), False, model)))
+
+
+def _swapped_candidates(m, n, k, sm_count, model):
+    """D^T = B^T A^T: the weight's N on the 64/128-row side, the tokens in one N tile.
+    One N tile must hold every token: with two, each weight tile is streamed twice
+    (the L2 cannot keep a whole weight matrix between the two visits)."""
+    narrow = tuple(t for t in (16, 32, 64) if t >= m)[:1]
+    return _break_ties(list(_candidates(n, m, k, 1, sm_count, (64, 128), narrow, True, model)))
+
+
+def _break_ties(ranked):
+    """Fastest first; ties (within 2 %) go to no split, then to the wider tile: less
+    workspace, fewer stores."""
     ranked.sort(key=lambda item: item[0])
     best = ranked[0][0]
     close = [item for item in ranked if item[0] <= best * 1.02]
@@ -131,11 +175,15 @@ def _candidates(m, n, k, batches, sm_count, tile_ms, tile_ns, swap_ab, model):
     for tile_m in tile_ms:
         for tile_n in tile_ns:
             tiles = ceil_div(m, tile_m) * ceil_div(n, tile_n) * batches
+            tail = tiles % sm_count  # the last partial wave: all of them below one wave
             for split in SPLITS:
                 # Split only to fill idle SMs, within one wave: past it, every extra
                 # wave of splits adds fp32 partial tiles to write and read back
                 # (measured: 112 tiles split 8 ways ran 2.5x slower than unsplit).
-                if split > 1 and (tiles * split > sm_count or k_blocks < split * MIN_K_BLOCKS_PER_SPLIT):
+                # Past a few waves the tail is a few percent of the run, inside the
+                # model's error and the jitter that already evens out the waves.
+                if split > 1 and (tail == 0 or tail * split > sm_count or tiles > MAX_WAVES_TO_SPLIT * sm_count
+                                  or k_blocks < split * MIN_K_BLOCKS_PER_SPLIT):
                     continue
                 seconds = estimate_seconds(m, n, k, batches, sm_count, tile_m, tile_n, split, model)
                 yield seconds, _sm90_config(m, tiles, sm_count, tile_m, tile_n, split, swap_ab)
@@ -144,7 +192,7 @@ def _candidates(m, n, k, batches, sm_count, tile_ms, tile_ns, swap_ab, model):
 def _sm90_config(m, tiles, sm_count, tile_m, tile_n, split, swap_ab) -> GemmConfig:
     # A 2-CTA cluster along M shares each B tile through multicast, halving B's L2
     # traffic; only worth it when there are at least two M tiles to pair and two waves.
-    cluster_m = 2 if ceil_div(m, tile_m) >= 2 and tiles * split >= 2 * sm_count else 1
+    cluster_m = 2 if ceil_div(m, tile_m) >= 2 and tiles >= 2 * sm_count else 1
     return GemmConfig(tile_m=tile_m, tile_n=tile_n, tile_k=TILE_K, cluster_m=cluster_m, cluster_n=1,
                       raster=Raster.ALONG_M, swizzle=1, split_k=split, swap_ab=swap_ab)
 
