@@ -1,12 +1,16 @@
 """Write ``src/wsgemm/tuned_table.py``: the autotuner's measured winners, shipped as
 the default configuration for those shape buckets on that GPU.
 
-    python benchmarks/tuned_table.py benchmarks/results/autotune_h200_suite.json
+    python benchmarks/tuned_table.py benchmarks/results/autotune_h200_a.json \
+        benchmarks/results/autotune_h200_b.json
 
-The input is an ``autotune.json`` written by ``config="autotune"`` (here: the LLM +
-decode suite on an H200, benchmarks/results/suite_llm_decode.md, whose
-wsgemm-autotune column ran exactly these configurations). Only fields that differ
-from ``GemmConfig()``'s defaults are written.
+Each input is an ``autotune.json`` written by ``config="autotune"`` (here: two runs
+of the LLM + decode suite on an H200, benchmarks/NOTES.md section 10). Where several
+runs measured a bucket, the run whose fastest candidate was fastest supplies it: a
+disturbed measurement slows every candidate of its bucket alike (one run timed a
+whole bucket at twice what the next run and the suite's own timing found), so the
+lower one is the undisturbed one. Only fields that differ from ``GemmConfig()``'s
+defaults are written.
 """
 
 from __future__ import annotations
@@ -44,14 +48,24 @@ def render(entries: dict, source: str) -> str:
     return "\n".join(lines) + "\n"
 
 
+def merge(runs: list[dict]) -> dict:
+    """One entry per shape bucket: from the run whose fastest candidate was fastest."""
+    merged: dict = {}
+    for entries in runs:
+        for key, entry in entries.items():
+            if key not in merged or min(entry["ms"].values()) < min(merged[key]["ms"].values()):
+                merged[key] = entry
+    return merged
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("autotune_json", type=Path)
+    p.add_argument("autotune_json", type=Path, nargs="+")
     args = p.parse_args(argv)
-    entries = json.loads(args.autotune_json.read_text())
-    source = args.autotune_json.resolve().relative_to(ROOT) if args.autotune_json.resolve().is_relative_to(ROOT) \
-        else args.autotune_json.name
-    TARGET.write_text(render(entries, str(source)))
+    entries = merge([json.loads(path.read_text()) for path in args.autotune_json])
+    sources = ", ".join(str(path.resolve().relative_to(ROOT)) if path.resolve().is_relative_to(ROOT)
+                        else path.name for path in args.autotune_json)
+    TARGET.write_text(render(entries, sources))
     print(f"wrote {TARGET.relative_to(ROOT)}: {len(entries)} shape buckets")
     return 0
 

@@ -104,6 +104,20 @@ def test_the_packaged_table_is_what_the_script_writes_from_the_committed_results
     sys.path.insert(0, str(root / "benchmarks"))
     import tuned_table
 
-    results = root / "benchmarks" / "results" / "autotune_h200_suite.json"
-    rendered = tuned_table.render(json.loads(results.read_text()), "benchmarks/results/autotune_h200_suite.json")
+    runs = ["benchmarks/results/autotune_h200_a.json", "benchmarks/results/autotune_h200_b.json"]
+    entries = tuned_table.merge([json.loads((root / run).read_text()) for run in runs])
+    rendered = tuned_table.render(entries, ", ".join(runs))
     assert rendered == (root / "src" / "wsgemm" / "tuned_table.py").read_text()
+
+
+def test_merging_autotune_runs_keeps_each_buckets_least_disturbed_measurement():
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
+    import tuned_table
+
+    first = {"x": {"config": "a", "ms": {"a": 0.015, "b": 0.016}}, "y": {"config": "c", "ms": {"c": 0.05}}}
+    second = {"x": {"config": "b", "ms": {"a": 0.031, "b": 0.030}}, "y": {"config": "d", "ms": {"d": 0.04}}}
+    merged = tuned_table.merge([first, second])
+    assert (merged["x"]["config"], merged["y"]["config"]) == ("a", "d")
