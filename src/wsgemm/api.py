@@ -204,7 +204,8 @@ class Plan:
 
     def run(self, a, b, out):
         if out is None:
-            # Sizes as separate arguments: ~0.4 us cheaper per call than a shape tuple.
+            # Sizes as separate arguments: cheaper to parse than a shape tuple (~0.4 us
+            # on the development CPU; within the noise on the H200's host).
             out = torch.empty(*self.shape, dtype=self.dtype, device=self.device)
         if self.mode == "direct":
             self._launch(a, b, out)
