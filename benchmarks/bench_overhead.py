@@ -54,12 +54,16 @@ def main(argv=None) -> int:
         a = torch.randn(m, k, device="cuda").to(torch.bfloat16)
         w = torch.randn(n, k, device="cuda").to(torch.bfloat16)
         out = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
+        a_grad = a.detach().requires_grad_()
         impls = {
             "torch.matmul(a, w.t())": lambda: torch.matmul(a, w.t()),
             "torch.matmul(a, w.t(), out=)": lambda: torch.matmul(a, w.t(), out=out),
             "wsgemm.gemm(a, w.t())": lambda: wsgemm.gemm(a, w.t()),
             "wsgemm.gemm(a, w.t(), out=)": lambda: wsgemm.gemm(a, w.t(), out=out),
             "torch.ops.wsgemm.gemm (dispatcher)": lambda: torch.ops.wsgemm.gemm(a, w.t(), None),
+            # Training: the forward of a layer whose input requires grad (records the graph).
+            "torch.matmul(a, w.t()), a requires grad": lambda: torch.matmul(a_grad, w.t()),
+            "wsgemm.gemm(a, w.t()), a requires grad": lambda: wsgemm.gemm(a_grad, w.t()),
         }
         # Where a cached wsgemm call spends its time, piece by piece.
         wt = w.t()

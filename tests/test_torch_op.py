@@ -75,3 +75,74 @@ def test_linear_is_a_drop_in_for_torch_linear():
     shared = wsgemm.nn.Linear.from_linear(ref)
     assert shared.weight is ref.weight and shared.bias is ref.bias
     assert set(shared.state_dict()) == {"weight", "bias"}
+
+
+def _fake_kernel(monkeypatch):
+    """Stand in for the GPU kernel on the CPU (the exact product, in the inputs'
+    dtype), so the autograd plumbing runs without a GPU."""
+    calls = []
+
+    def gemm_eager(a, b, out=None, out_dtype=None, config=None):
+        calls.append((tuple(a.shape), tuple(b.shape)))
+        return torch.matmul(a, b).to(out_dtype or a.dtype)
+
+    monkeypatch.setattr(wsgemm.api, "gemm_eager", gemm_eager)
+    return calls
+
+
+@pytest.mark.parametrize(
+    "a_shape, b_shape, b_transposed",
+    [((24, 16), (16, 40), False), ((24, 16), (40, 16), True), ((3, 24, 16), (3, 16, 40), False),
+     ((4, 24, 16), (16, 40), False), ((24, 16), (2, 16, 40), False)],
+    ids=["plain", "weight-transposed", "batched", "broadcast-b", "broadcast-a"],
+)
+def test_eager_autograd_gives_torch_matmuls_gradients_without_the_dispatcher(monkeypatch, a_shape, b_shape,
+                                                                             b_transposed):
+    calls = _fake_kernel(monkeypatch)
+
+    def dispatcher(*_):
+        raise AssertionError("eager autograd must not go through torch.ops.wsgemm.gemm")
+
+    monkeypatch.setattr(wsgemm.ops, "gemm_op", dispatcher)
+    a = torch.randn(*a_shape, dtype=torch.float64).requires_grad_()
+    b0 = torch.randn(*b_shape, dtype=torch.float64)
+    b = (b0.t() if b_transposed else b0).detach().requires_grad_()
+    grad = torch.randn(torch.matmul(a, b).shape, dtype=torch.float64)
+    wsgemm.gemm(a, b).backward(grad)
+    assert len(calls) == 3  # the product, then one product per gradient
+    a_ref, b_ref = a.detach().clone().requires_grad_(), b.detach().clone().requires_grad_()
+    torch.matmul(a_ref, b_ref).backward(grad)
+    assert a.grad.shape == a.shape and b.grad.shape == b.shape
+    torch.testing.assert_close(a.grad, a_ref.grad)
+    torch.testing.assert_close(b.grad, b_ref.grad)
+
+
+def test_eager_autograd_skips_gradients_nobody_needs_and_supports_double_backward(monkeypatch):
+    calls = _fake_kernel(monkeypatch)
+    a = torch.randn(8, 6, dtype=torch.float64).requires_grad_()
+    w = torch.randn(6, 5, dtype=torch.float64)  # a constant: no dB product
+    wsgemm.gemm(a, w).sum().backward()
+    assert len(calls) == 2
+    torch.testing.assert_close(a.grad, torch.ones(8, 5, dtype=torch.float64) @ w.t())
+    # Second order: d/da of sum((dL/da)^2) with L = sum((a @ w)^2), through wsgemm both times.
+    a.grad = None
+    (grad_a,) = torch.autograd.grad(wsgemm.gemm(a, w).square().sum(), a, create_graph=True)
+    grad_a.square().sum().backward()
+    a_ref = a.detach().clone().requires_grad_()
+    (g_ref,) = torch.autograd.grad((a_ref @ w).square().sum(), a_ref, create_graph=True)
+    g_ref.square().sum().backward()
+    torch.testing.assert_close(a.grad, a_ref.grad)
+
+
+def test_the_operator_keeps_its_own_autograd(monkeypatch):
+    """torch.compile traces torch.ops.wsgemm.gemm, whose registered formula must
+    give the same gradients."""
+    _fake_kernel(monkeypatch)
+    a = torch.randn(4, 24, 16, dtype=torch.float64).requires_grad_()
+    b = torch.randn(16, 40, dtype=torch.float64).requires_grad_()
+    grad = torch.randn(4, 24, 40, dtype=torch.float64)
+    torch.ops.wsgemm.gemm(a, b, None).backward(grad)
+    a_ref, b_ref = a.detach().clone().requires_grad_(), b.detach().clone().requires_grad_()
+    torch.matmul(a_ref, b_ref).backward(grad)
+    torch.testing.assert_close(a.grad, a_ref.grad)
+    torch.testing.assert_close(b.grad, b_ref.grad)

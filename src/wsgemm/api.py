@@ -377,8 +377,10 @@ def gemm(a: torch.Tensor, b: torch.Tensor, *, out: torch.Tensor | None = None,
     model's best few on these inputs the first time a shape bucket is seen (with a
     progress bar) and remembers the winner on disk (``wsgemm.autotune``).
 
-    Under ``torch.compile``, or when an input requires grad, the call goes through
-    the ``torch.ops.wsgemm.gemm`` operator (``out`` and ``config`` are eager-only).
+    When an input requires grad, the call records both gradients for autograd
+    (computed by wsgemm too); under ``torch.compile`` it goes through the
+    ``torch.ops.wsgemm.gemm`` operator. ``out`` and ``config`` are for calls without
+    autograd only.
     """
     # Cheapest test first: this runs on every call (see benchmarks/bench_overhead.py).
     try:
@@ -386,11 +388,11 @@ def gemm(a: torch.Tensor, b: torch.Tensor, *, out: torch.Tensor | None = None,
     except AttributeError:  # not tensors: gemm_eager's validation says what is wrong
         needs_autograd = False
     if needs_autograd or torch.compiler.is_compiling():
-        return _through_operator(a, b, out, out_dtype, config)
+        return _with_autograd_or_tracing(a, b, out, out_dtype, config)
     return gemm_eager(a, b, out, out_dtype, config)
 
 
-def _through_operator(a, b, out, out_dtype, config):
+def _with_autograd_or_tracing(a, b, out, out_dtype, config):
     if out is not None:
         raise ValueError("out= is not supported when an input requires grad or under torch.compile "
                          "(autograd needs a fresh result tensor); drop out= or run under torch.no_grad()")
@@ -399,7 +401,9 @@ def _through_operator(a, b, out, out_dtype, config):
                          "drop config= or call wsgemm.gemm outside torch.compile and autograd")
     from . import ops  # registers torch.ops.wsgemm.gemm on first use
 
-    return ops.gemm_op(a, b, out_dtype)
+    if torch.compiler.is_compiling():
+        return ops.gemm_op(a, b, out_dtype)
+    return ops.EagerGemm.apply(a, b, out_dtype)
 
 
 def gemm_eager(a, b, out=None, out_dtype=None, config=None) -> torch.Tensor:
