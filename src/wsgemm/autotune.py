@@ -37,6 +37,9 @@ TIMED_CALLS = 15
 # GPU clock cycles of spinning before each timed call: ~100 us at the H200's 1.98 GHz,
 # several times the host time of queueing one call.
 HOST_COVER_CYCLES = 200_000
+# torch's spin kernel (private, present since torch 1.x); without it the flush alone
+# has to cover the host's queueing time.
+_spin = getattr(torch.cuda, "_sleep", None)
 
 _lock = threading.Lock()
 _memory: dict[str, dict] | None = None
@@ -116,7 +119,8 @@ def _time_candidates(fns: dict, flush: torch.Tensor) -> dict[str, float]:
     for _ in range(TIMED_CALLS):
         for name, fn in fns.items():
             flush.sum()
-            torch.cuda._sleep(HOST_COVER_CYCLES)
+            if _spin is not None:
+                _spin(HOST_COVER_CYCLES)
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             start.record()
             fn()
