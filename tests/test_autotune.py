@@ -48,3 +48,50 @@ def test_the_cache_file_is_written_atomically_and_survives_a_reload(cache_dir, m
 def test_an_unreadable_cache_counts_as_empty(cache_dir):
     (cache_dir / "autotune.json").write_text("{not json")
     assert autotune._load() == {}
+
+
+def test_candidates_are_checked_then_timed_in_turns_and_the_fastest_is_kept(cache_dir, monkeypatch):
+    """The tuning loop on the CPU: stand-ins for the kernels (each call records its
+    name and a duration) and for CUDA events (their elapsed time is the duration of
+    the call between them)."""
+    import torch
+
+    from wsgemm import api
+
+    speed = {"64x64": 3.0, "128x128": 1.0, "128x256": 2.0}  # ms per call
+    calls = []
+
+    def gemm_eager(a, b, out, out_dtype, config):
+        name = f"{config.tile_m}x{config.tile_n}"
+        calls.append(name)
+        if name == "64x64":
+            return torch.full((2, 2), 7.0)  # a wrong result: rejected, never timed
+        return torch.ones(2, 2)
+
+    class Event:
+        def __init__(self, enable_timing=False):
+            self.index = None
+
+        def record(self):
+            self.index = len(calls)
+
+        def elapsed_time(self, end):
+            (name,) = calls[self.index:end.index]  # exactly one call between the two events
+            return speed[name]
+
+    monkeypatch.setattr(api, "gemm_eager", gemm_eager)
+    monkeypatch.setattr(torch.cuda, "Event", Event)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
+    monkeypatch.setattr(autotune, "_spin", lambda cycles: None)
+    monkeypatch.setattr(autotune, "_l2_flush_buffer", lambda device: torch.zeros(4))
+    monkeypatch.setattr(autotune, "WARMUP_SECONDS", 0.0)
+    a = torch.ones(2, 2)
+    candidates = [GemmConfig(tile_m=128, tile_n=256), GemmConfig(tile_m=64, tile_n=64),
+                  GemmConfig(tile_m=128, tile_n=128)]
+    best = autotune.tuned_config(a, a, None, None, key=key(2), candidates=candidates, progress=False)
+    assert best == GemmConfig(tile_m=128, tile_n=128)
+    timed = calls[3:]  # after each candidate's one checking call
+    assert timed == ["128x256", "128x128"] * autotune.TIMED_CALLS  # in turns, the rejected one never
+    entry = json.loads((cache_dir / "autotune.json").read_text())[key(2)]
+    assert set(entry["ms"]) == {c.short() for c in (candidates[0], candidates[2])}
+    assert "differs from the first candidate" in entry["rejected"][candidates[1].short()]
