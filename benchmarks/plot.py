@@ -159,6 +159,7 @@ def render_markdown(report: dict) -> str:
             f"- {impl} / torch.matmul over {s['shapes']} shapes: geometric mean **{s['geomean']:.3f}x**, "
             f"min {s['min']:.3f}x ({s['min_label']}), {s['below_slow_ratio']} below {SLOW_RATIO}x."
         )
+    lines += _config_table(report, impls)
     lines += ["", "## Implementations", ""]
     lines += [f"- {name}: {info['detail']}" for name, info in report["implementations"].items()]
     failures = [
@@ -180,6 +181,19 @@ def render_markdown(report: dict) -> str:
         f"Regenerate: `{report['command']}`; re-render: `python benchmarks/plot.py <this>.json`.",
     ]
     return "\n".join(lines) + "\n"
+
+
+def _config_table(report: dict, impls: list) -> list[str]:
+    """What each wsgemm column ran per row (plan mode and kernel configuration), where
+    the run recorded it."""
+    named = [name for name in impls if any("config" in row["results"].get(name, {}) for row in report["rows"])]
+    if not named:
+        return []
+    lines = ["", "## Configurations", "", "| label | " + " | ".join(named) + " |", "|" + "---|" * (1 + len(named))]
+    for row in report["rows"]:
+        cells = [f"`{row['results'].get(name, {}).get('config', '-')}`" for name in named]
+        lines.append(f"| {row['label']} | " + " | ".join(cells) + " |")
+    return lines
 
 
 def render_plot(report: dict, path: Path) -> None:

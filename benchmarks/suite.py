@@ -113,10 +113,12 @@ def build_implementations(wanted: list[str], quack_autotune: bool) -> tuple[dict
         ran = name in fns
         info[name] = {"ran": ran, "detail": detail if ran or fn is None else f"skipped (--impls); {detail}"}
 
-    offer("wsgemm", wsgemm.gemm, f"wsgemm {wsgemm.__version__}, heuristic config (throughput model)")
+    offer("wsgemm", wsgemm.gemm, f"wsgemm {wsgemm.__version__}, default config=None: the packaged table of "
+          "measured winners where it has this GPU and shape bucket, else the throughput model")
     offer("wsgemm-autotune", lambda a, b: wsgemm.gemm(a, b, config="autotune"),
-          f"wsgemm {wsgemm.__version__}, config='autotune': the model's best {wsgemm.autotune.TOP_CANDIDATES} "
-          "timed on the first call per shape bucket (single calls after an L2 flush), the winner cached on disk")
+          f"wsgemm {wsgemm.__version__}, config='autotune': {wsgemm.autotune.TOP_CANDIDATES} of the model's "
+          "candidates timed on the first call per shape bucket (in turns, single calls after an L2 flush), "
+          "the winner cached on disk")
     offer("torch.matmul", torch.matmul, f"cuBLAS via torch {torch.__version__}, TF32 off")
     if triton_matmul.available():
         offer("triton", triton_matmul.matmul, "benchmarks/triton_matmul.py: persistent, TMA descriptors "
@@ -189,6 +191,17 @@ def time_graphs(good: dict, problem, operands, args, flush) -> tuple[dict, dict]
     return timed, errors
 
 
+# The configuration argument behind each wsgemm implementation (see build_implementations).
+WSGEMM_CONFIGS = {"wsgemm": None, "wsgemm-autotune": "autotune"}
+
+
+def wsgemm_config(a, b, config) -> str:
+    """What a wsgemm call on these operands ran: the plan's mode and kernel
+    configuration (after the checking call, so an autotuned bucket is cached)."""
+    plan = wsgemm.api.make_plan(a, b, None, None, config)
+    return plan.mode if plan.spec is None else f"{plan.mode} {plan.spec.config.short()}"
+
+
 def check_all(impls: dict, a, b, dtype_name: str) -> dict:
     """{name: check result}; the float32 reference lives only as long as the checks."""
     ref = torch.matmul(a.float(), b.float())
@@ -197,6 +210,8 @@ def check_all(impls: dict, a, b, dtype_name: str) -> dict:
         results[name] = check(fn, a, b, ref, TOLERANCE[dtype_name])
         if name == "triton":
             results[name]["kernel"] = triton_matmul.kernel_for(a, b)
+        if name in WSGEMM_CONFIGS and results[name]["status"] != "error":
+            results[name]["config"] = wsgemm_config(a, b, WSGEMM_CONFIGS[name])
     return results
 
 

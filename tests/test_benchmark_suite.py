@@ -166,6 +166,16 @@ def test_markdown_table_summary_and_failures():
     assert "quick/not reached" in md
 
 
+def test_markdown_lists_the_configuration_each_wsgemm_row_ran():
+    report = synthetic_report()
+    assert "## Configurations" not in plot.render_markdown(report)  # older runs recorded none
+    report["rows"][0]["results"]["wsgemm"]["config"] = "swap 128x16x64_c1x1_sauto_e2_along_m_w1_before_copy_split2"
+    md = plot.render_markdown(report)
+    assert "## Configurations" in md and "| label | wsgemm |" in md
+    assert "| t/fast | `swap 128x16x64_c1x1_sauto_e2_along_m_w1_before_copy_split2` |" in md
+    assert "| t/slow | `-` |" in md
+
+
 def test_markdown_of_a_run_cut_short():
     report = synthetic_report()
     del report["gpu_after"], report["elapsed_s"]
