@@ -133,6 +133,18 @@ def test_only_the_last_partial_wave_is_split():
     assert flags_are_zero()
 
 
+def test_split_k_config_on_tiles_that_fill_whole_waves_splits_nothing_and_runs():
+    """Regression: with no partial wave there is nothing to split, and the plan once
+    passed no workspace to the split-K entry point (a failed call)."""
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    a, b = rand(128, 1024), rand(1024, 128 * sms)  # exactly one 128x128 tile per SM
+    config = GemmConfig(tile_m=128, tile_n=128, split_k=2)
+    plan = wsgemm.api.make_plan(a, b, None, None, config)
+    assert plan.clusters == sms and plan.workspace == (1, 1)
+    check(run(a, b, config=config), a, b)
+    assert flags_are_zero()
+
+
 @pytest.mark.parametrize("m", [1, 5, 16, 17, 32, 64])
 @pytest.mark.parametrize(
     "config",

@@ -126,3 +126,19 @@ def test_split_k_splits_only_the_last_partial_wave():
     # ... and tiles that fill whole waves are not split at all.
     assert TileGrid(4, 66, 1, split_k=4).split_tiles(132) == 0
     assert TileGrid(4, 66, 1, split_k=4).work_items(132) == 264
+
+
+def test_a_split_k_launch_always_gets_a_workspace_even_with_nothing_to_split():
+    """The split-K entry point takes flags and partial sums on every call: a config
+    with split_k > 1 on tiles that fill whole waves (no tail) must still pass some
+    (it used to pass none, and the call failed on the argument count)."""
+    from wsgemm import GemmConfig
+    from wsgemm.api import launch_workspace_elems
+
+    config = GemmConfig(tile_m=128, tile_n=256, split_k=4)
+    whole_waves = TileGrid.for_problem(4 * 128, 66 * 256, 1, config)  # 264 tiles on 132 SMs
+    assert whole_waves.split_tiles(132) == 0
+    assert launch_workspace_elems(whole_waves, 132, config) == (1, 1)
+    tail = TileGrid.for_problem(4 * 128, 40 * 256, 1, config)  # 160 tiles: a tail of 28
+    assert launch_workspace_elems(tail, 132, config) == (28, 28 * 3 * 128 * 256)
+    assert launch_workspace_elems(tail, 132, GemmConfig()) == (0, 0)

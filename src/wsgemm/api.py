@@ -292,12 +292,25 @@ def make_plan(a, b, out, out_dtype, config) -> Plan:
         a, b, out, out_dtype, config, shape, dtype, batched, batches, gpu, arch, sm_count)
     grid = TileGrid.for_problem(kernel_m, kernel_n, kernel_batches, spec.config)
     clusters = grid.launch_clusters(max_active_clusters(a.device.index or 0, spec.config.cluster_size))
-    # Only the last wave's tiles are split, so the workspace is at most one wave of fp32
-    # tiles (132 x 15 x 128 KiB = 248 MiB at split_k = 16 on an H200), whatever M and N.
-    workspace = split_k.workspace_elems(grid.split_tiles(clusters), spec.config.split_k,
-                                        spec.config.tile_m, spec.config.tile_n)
+    workspace = launch_workspace_elems(grid, clusters, spec.config)
     kernel = compile_mod.KERNEL_CACHE.get(spec).fn
     return Plan(mode, shape, dtype, a.device, kernel, clusters, spec, workspace)
+
+
+def launch_workspace_elems(grid: TileGrid, clusters: int, config: cfg.GemmConfig) -> tuple[int, int]:
+    """(int32 flags, fp32 partial-sum elements) a launch hands the kernel; (0, 0)
+    without split-K.
+
+    Only the last wave's tiles are split, so this is at most one wave of fp32 tiles
+    (132 x 15 x 128 KiB = 248 MiB at split_k = 16 on an H200), whatever M and N. When
+    the tiles fill whole waves nothing is split, but a split-K kernel's entry point
+    still takes a workspace: one element each, never touched.
+    """
+    if config.split_k <= 1:
+        return 0, 0
+    flags, partials = split_k.workspace_elems(grid.split_tiles(clusters), config.split_k, config.tile_m,
+                                              config.tile_n)
+    return max(flags, 1), max(partials, 1)
 
 
 def _kernel_for(a, b, out, out_dtype, config, shape, dtype, batched, batches, gpu, arch, sm_count):
