@@ -70,17 +70,8 @@ def parse_shapes(text: str) -> list[tuple[int, int, int]]:
 
 
 def time_interleaved(impls: dict, reps: int, flush: torch.Tensor) -> dict[str, list[float]]:
-    events = {name: [] for name in impls}
-    for _ in range(reps):
-        for name, fn in impls.items():
-            flush.zero_()  # evict L2 so every run reads its operands from HBM
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            fn()
-            end.record()
-            events[name].append((start, end))
-    torch.cuda.synchronize()
-    return {name: [s.elapsed_time(e) for s, e in pairs] for name, pairs in events.items()}
+    # flush.zero_() evicts L2 so every run reads its operands from HBM.
+    return wsgemm.autotune.time_in_turns(impls, reps, flush.zero_)
 
 
 def summarize(ms: list[float], flops: float) -> dict:

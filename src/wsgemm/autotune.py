@@ -115,20 +115,31 @@ def _time_candidates(fns: dict, flush: torch.Tensor) -> dict[str, float]:
             flush.sum()
             fn()
         torch.cuda.synchronize()
+
+    def flush_then_cover_the_host():
+        flush.sum()
+        if _spin is not None:
+            _spin(HOST_COVER_CYCLES)
+
+    times = time_in_turns(fns, TIMED_CALLS, flush_then_cover_the_host)
+    return {name: statistics.median(ms) for name, ms in times.items()}
+
+
+def time_in_turns(fns: dict, rounds: int, before_each) -> dict[str, list[float]]:
+    """Milliseconds of every call, timed with CUDA events around it: each round calls
+    every function once, in turn, with ``before_each()`` queued ahead of each timed
+    call (an L2 flush, say). Also the benchmarks' timing loop (benchmarks/bench_gemm.py)."""
     events = {name: [] for name in fns}
-    for _ in range(TIMED_CALLS):
+    for _ in range(rounds):
         for name, fn in fns.items():
-            flush.sum()
-            if _spin is not None:
-                _spin(HOST_COVER_CYCLES)
+            before_each()
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             start.record()
             fn()
             end.record()
             events[name].append((start, end))
     torch.cuda.synchronize()
-    return {name: statistics.median(start.elapsed_time(end) for start, end in pairs)
-            for name, pairs in events.items()}
+    return {name: [start.elapsed_time(end) for start, end in pairs] for name, pairs in events.items()}
 
 
 def _l2_flush_buffer(device) -> torch.Tensor:
