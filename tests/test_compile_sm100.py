@@ -64,6 +64,7 @@ def test_dtypes_and_majors_compile(ab, out, majors):
         GemmConfig(cluster_m=2, two_cta=True),
         GemmConfig(cluster_m=2, cluster_n=2, two_cta=True),
         GemmConfig(cluster_m=2, two_cta=True, tile_n=128),
+        GemmConfig(cluster_m=4, two_cta=True, tile_n=128),
         GemmConfig(acc_stages=1, stages=3, epi_stages=1),
         GemmConfig(raster="along_n", swizzle=4),
     ],

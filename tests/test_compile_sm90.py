@@ -57,6 +57,8 @@ def test_dtypes_and_majors_compile(ab, out, majors):
         GemmConfig(cluster_m=2, cluster_n=2),
         GemmConfig(stages=2, epi_stages=1),
         GemmConfig(raster="along_n", swizzle=4),
+        GemmConfig(tile_m=64, tile_n=96, cluster_m=4),
+        GemmConfig(tile_m=64, tile_n=64, cluster_n=4, stages=13),
     ],
     ids=lambda c: c.short(),
 )

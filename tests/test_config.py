@@ -21,7 +21,10 @@ def test_default_config_resolves_stages_from_the_smem_budget():
 
 
 def test_smaller_tiles_get_more_stages_up_to_the_cap():
-    assert spec(GemmConfig(tile_m=64, tile_n=64)).config.stages == cfg.MAX_STAGES
+    # 64x64x64 bf16: 16 KiB per stage; 13 fit beside the epilogue buffers.
+    assert spec(GemmConfig(tile_m=64, tile_n=64)).config.stages == 13
+    # 64x16 (a swapped decode tile): 10 KiB per stage, so the cap binds.
+    assert spec(GemmConfig(tile_m=64, tile_n=16)).config.stages == cfg.DEFAULT_MAX_STAGES
 
 
 def test_fp32_output_takes_more_epilogue_smem():
@@ -47,9 +50,11 @@ def test_bad_enum_value_names_the_choices():
         (GemmConfig(tile_n=100), r"tile_n=100 is not supported"),
         (GemmConfig(tile_k=32), r"tile_k=32 is not supported"),
         (GemmConfig(cluster_m=3), r"cluster_m=3 is not supported"),
+        (GemmConfig(cluster_m=4, cluster_n=4), r"cluster 4x4 has 16 CTAs; a portable cluster has at most 8"),
+        (GemmConfig(stages=17), r"stages=17 must be between 2 and 16"),
         (GemmConfig(swizzle=3), r"swizzle=3 is not supported"),
         (GemmConfig(two_cta=True), r"two_cta is a Blackwell \(sm100\) feature"),
-        (GemmConfig(stages=1), r"stages=1 must be between 2 and 8"),
+        (GemmConfig(stages=1), r"stages=1 must be between 2 and 16"),
         (GemmConfig(epi_stages=0), r"epi_stages=0 must be between 1 and 4"),
         (GemmConfig(split_k=0), r"split_k=0 must be an integer between 1 and 16"),
         (GemmConfig(split_k=17), r"split_k=17 must be an integer between 1 and 16"),

@@ -179,6 +179,10 @@ CONFIGS = [
     GemmConfig(tile_m=128, tile_n=192),
     GemmConfig(raster="along_n", swizzle=4),
     GemmConfig(raster="along_m", swizzle=8, cluster_m=2),
+    # Multicast to four CTAs, 96-wide tiles, and a ring as deep as shared memory allows.
+    GemmConfig(tile_m=64, tile_n=96, cluster_m=4),
+    GemmConfig(tile_m=128, tile_n=128, cluster_n=4),
+    GemmConfig(tile_m=64, tile_n=64, cluster_m=2, cluster_n=2, stages=13),
 ]
 
 

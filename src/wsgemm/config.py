@@ -111,7 +111,12 @@ def _coerce_enum(enum_cls, value, what: str):
 # Shared memory kept aside for the mbarriers and the alignment padding between
 # buffers (each TMA buffer starts on a 1024-byte boundary).
 SMEM_RESERVED_BYTES = 1024
-MAX_STAGES = 8  # deeper rings bring nothing once the copy latency is covered
+# Ring depth when the config leaves ``stages`` unset: as many stages as fit, up to
+# this many.
+DEFAULT_MAX_STAGES = 16
+# The most an explicit ``stages`` may ask for: narrow tiles have small stages, and a
+# memory-bound GEMM wants many of them in flight (cuBLAS runs 64x64 tiles 13 deep).
+MAX_STAGES = 16
 # Each split but the last writes a whole fp32 tile of partial sums; past a handful
 # the extra traffic and the last split's reduction outweigh the extra SMs.
 MAX_SPLIT_K = 16
@@ -203,7 +208,7 @@ def consumer_warpgroups(config: GemmConfig) -> int:
 
 def smem_budget(spec: KernelSpec) -> SmemBudget:
     """Shared memory per CTA: the ring (``config.stages``, or as many as fit up to
-    ``MAX_STAGES``), the epilogue buffers and the reserve for barriers and padding."""
+    ``DEFAULT_MAX_STAGES``), the epilogue buffers and the reserve for barriers and padding."""
     c = spec.config
     in_bytes = DTYPE_BYTES[spec.ab_dtype]
     a_stage = c.tile_m * c.tile_k * in_bytes
@@ -214,7 +219,7 @@ def smem_budget(spec: KernelSpec) -> SmemBudget:
     capacity = spec.facts.smem_per_cta_bytes
     stages = c.stages
     if stages is None:
-        stages = min(MAX_STAGES, (capacity - epi - SMEM_RESERVED_BYTES) // (a_stage + b_stage))
+        stages = min(DEFAULT_MAX_STAGES, (capacity - epi - SMEM_RESERVED_BYTES) // (a_stage + b_stage))
     return SmemBudget(a_stage, b_stage, epi, SMEM_RESERVED_BYTES, stages, capacity)
 
 
@@ -241,9 +246,9 @@ def sm90_register_budget(config: GemmConfig) -> RegisterBudget:
 # --------------------------------------------------------------------------------------
 
 SM90_TILE_M = (64, 128)
-SM90_TILE_N = (16, 32, 64, 128, 192, 256)
+SM90_TILE_N = (16, 32, 64, 96, 128, 192, 256)
 TILE_K = (64,)
-CLUSTER_DIMS = (1, 2)
+CLUSTER_DIMS = (1, 2, 4)
 SWIZZLES = (1, 2, 4, 8, 16)
 
 
@@ -332,6 +337,13 @@ def _check_common(config: GemmConfig) -> None:
     _check_choice("tile_k", config.tile_k, TILE_K)
     _check_choice("cluster_m", config.cluster_m, CLUSTER_DIMS)
     _check_choice("cluster_n", config.cluster_n, CLUSTER_DIMS)
+    # SM90 and SM100 share the portable limit; wsgemm never opts into larger clusters.
+    portable = hardware.SM90.max_portable_cluster_size
+    if config.cluster_size > portable:
+        raise ConfigError(
+            f"cluster {config.cluster_m}x{config.cluster_n} has {config.cluster_size} CTAs; "
+            f"a portable cluster has at most {portable}"
+        )
     _check_choice("swizzle", config.swizzle, SWIZZLES)
     if config.stages is not None and not (2 <= config.stages <= MAX_STAGES):
         raise ConfigError(f"stages={config.stages} must be between 2 and {MAX_STAGES}")
