@@ -162,6 +162,22 @@ def test_swap_ab_computes_the_transposed_product(config, m):
     check(run(x, b, config=config), x, b)
 
 
+@pytest.mark.parametrize("m", [65, 96, 128])
+@pytest.mark.parametrize(
+    "config",
+    [GemmConfig(tile_m=64, tile_n=96, swap_ab=True),
+     GemmConfig(tile_m=64, tile_n=64, cluster_n=2, swap_ab=True),
+     GemmConfig(tile_m=128, tile_n=64, cluster_n=2, split_k=2, swap_ab=True)],
+    ids=lambda c: c.short(),
+)
+def test_swap_ab_with_tokens_in_two_multicast_n_tiles(config, m):
+    """Up to M = 128 tokens take one 96/128-wide N tile, or two whose cluster
+    multicasts each weight tile to both (heuristics._swapped_candidates)."""
+    x, w = rand(m, 3000), rand(1000, 3000)
+    assert wsgemm.api.make_plan(x, w.t(), None, None, config).mode == "swap"
+    check(run(x, w.t(), config=config), x, w.t())
+
+
 def test_swap_ab_with_out_and_fp32_output():
     config = GemmConfig(tile_m=128, tile_n=16, split_k=2, swap_ab=True)
     x, w = rand(7, 4096), rand(2048, 4096)

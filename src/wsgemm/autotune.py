@@ -31,7 +31,7 @@ from . import compile as compile_mod
 from .config import ConfigError, GemmConfig
 
 AUTOTUNE = "autotune"
-TOP_CANDIDATES = 8
+TOP_CANDIDATES = 12
 WARMUP_SECONDS = 0.2  # of back-to-back calls before timing: out of the GPU's idle clocks
 TIMED_CALLS = 15
 # GPU clock cycles of spinning before each timed call: ~100 us at the H200's 1.98 GHz,

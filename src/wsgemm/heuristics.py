@@ -14,9 +14,11 @@ constants.
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 from dataclasses import dataclass
 
-from .config import MAX_STAGES, GemmConfig, Raster
+from .config import DEFAULT_MAX_STAGES, GemmConfig, Raster
 from .kernels.common.scheduler import ceil_div
 
 TILE_K = 64
@@ -59,12 +61,15 @@ H200 = ThroughputModel()
 # consumer warpgroups). 128x256: 790/989 measured for cuBLAS-class 8192^3.
 MMA_EFFICIENCY = {
     (128, 256): 0.80, (128, 192): 0.78, (128, 128): 0.72, (128, 64): 0.55,
-    (64, 256): 0.62, (64, 192): 0.60, (64, 128): 0.55, (64, 64): 0.45,
+    (128, 96): 0.65, (64, 256): 0.62, (64, 192): 0.60, (64, 128): 0.55, (64, 96): 0.50, (64, 64): 0.45,
     # Narrow N (swap_ab for decode): bound by the weights' bytes, not the MMA; rough.
     (128, 32): 0.40, (128, 16): 0.30, (64, 32): 0.35, (64, 16): 0.25,
 }
 SPLITS = (1, 2, 3, 4, 6, 8)
-SWAP_AB_MAX_M = 64
+# Swap A and B up to this M: the tokens then fill one or two narrow N tiles (measured
+# at M = 96 and 128 on 6144-wide weights: 0.85x -> 1.0x of cuBLAS; NOTES section 13).
+SWAP_AB_MAX_M = 128
+SWAP_TILE_N = (16, 32, 64, 96, 128)
 SWAP_AB_MIN_GAIN = 0.95  # modelled time of the best swap / the best without
 # A split needs enough k-blocks to fill its ring and amortise the fix-up.
 MIN_K_BLOCKS_PER_SPLIT = 4
@@ -73,35 +78,43 @@ MAX_WAVES_TO_SPLIT = 4
 
 
 def estimate_seconds(m: int, n: int, k: int, batches: int, sm_count: int, tile_m: int, tile_n: int,
-                     split_k: int = 1, model: ThroughputModel = H200) -> float:
+                     split_k: int = 1, model: ThroughputModel = H200, cluster_m: int = 1,
+                     cluster_n: int = 1) -> float:
     """Modelled run time of one SM90 configuration on an ``sm_count``-SM GPU.
 
     With ``split_k > 1`` only the tiles of the last partial wave are split
     (``kernels/common/split_k.py``): full waves of whole tiles, then the split tail.
+    A cluster pads the tile grid to whole clusters, and its CTAs share the operand
+    tiles they have in common through multicast (one L2 read for the cluster).
     """
-    tiles = ceil_div(m, tile_m) * ceil_div(n, tile_n) * batches
-    tail = tiles % sm_count if split_k > 1 else 0
+    cluster = cluster_m * cluster_n
+    units = ceil_div(ceil_div(m, tile_m), cluster_m) * ceil_div(ceil_div(n, tile_n), cluster_n) * batches
+    slots = max(1, sm_count // cluster)  # clusters resident at once (GPCs may fit fewer)
+    tail = units % slots if split_k > 1 else 0
     k_blocks = ceil_div(k, TILE_K)
-    busiest_sm = (tiles - tail) // sm_count * _tile_seconds(m, n, k_blocks, tile_m, tile_n, model)
+    tile_seconds = functools.partial(_tile_seconds, m, n, tile_m=tile_m, tile_n=tile_n, model=model,
+                                     cluster_m=cluster_m, cluster_n=cluster_n)
+    busiest_sm = (units - tail) // slots * tile_seconds(k_blocks)
     if tail:
         split_blocks = ceil_div(k_blocks, split_k)
-        busiest_sm += ceil_div(tail * split_k, sm_count) * _tile_seconds(m, n, split_blocks, tile_m, tile_n, model)
+        busiest_sm += ceil_div(tail * split_k, slots) * tile_seconds(split_blocks)
         # The last split stores nothing until it has read the others' fp32 tiles; the
         # others' stores run alongside.
         busiest_sm += split_k * tile_m * tile_n * 4 / model.sm_l2_bytes_per_s
-    elif tiles % sm_count:
-        busiest_sm += _tile_seconds(m, n, k_blocks, tile_m, tile_n, model)
-    partial_bytes = (split_k - 1) * tail * tile_m * tile_n * 4 * 2  # written, then read back
+    elif units % slots:
+        busiest_sm += tile_seconds(k_blocks)
+    partial_bytes = (split_k - 1) * tail * cluster * tile_m * tile_n * 4 * 2  # written, then read back
     hbm = ((m * k + k * n) * 2 * batches + partial_bytes) / model.hbm_bytes_per_s
     return max(busiest_sm, hbm)
 
 
-def _tile_seconds(m: int, n: int, k_blocks: int, tile_m: int, tile_n: int, model: ThroughputModel) -> float:
+def _tile_seconds(m: int, n: int, k_blocks: int, tile_m: int, tile_n: int, model: ThroughputModel,
+                  cluster_m: int = 1, cluster_n: int = 1) -> float:
     """One work item of ``k_blocks`` k-blocks: bound by its MMAs or its operand loads."""
     k_elems = k_blocks * TILE_K
     mma = 2 * tile_m * tile_n * k_elems / (model.mma_flops_per_sm * MMA_EFFICIENCY[tile_m, tile_n])
     stage_bytes = (tile_m + tile_n) * TILE_K * 2
-    stages = min(MAX_STAGES, (model.smem_bytes - EPILOGUE_SMEM_BYTES) // stage_bytes)
+    stages = min(DEFAULT_MAX_STAGES, (model.smem_bytes - EPILOGUE_SMEM_BYTES) // stage_bytes)
     a_rows, b_rows = min(tile_m, m), min(tile_n, n)
     in_flight = stages * (a_rows + b_rows) * TILE_K * 2
     # An operand tile only this tile reads (the weight of a decode GEMM: one M tile)
@@ -110,7 +123,10 @@ def _tile_seconds(m: int, n: int, k_blocks: int, tile_m: int, tile_n: int, model
     b_rate = model.sm_hbm_bytes_per_s if ceil_div(m, tile_m) == 1 else model.sm_l2_bytes_per_s
     a_rate, b_rate = (min(rate, in_flight / model.load_latency_s) for rate in (a_rate, b_rate))
     oob_rows = tile_m + tile_n - a_rows - b_rows
-    loads = k_blocks * TILE_K * 2 * (a_rows / a_rate + b_rows / b_rate + oob_rows / model.oob_fill_bytes_per_s)
+    # Multicast: each CTA of a cluster row issues 1/cluster_n of the shared A tile, and
+    # of a cluster column 1/cluster_m of the shared B tile.
+    loads = k_blocks * TILE_K * 2 * (a_rows / cluster_n / a_rate + b_rows / cluster_m / b_rate
+                                     + oob_rows / model.oob_fill_bytes_per_s)
     return max(mma, loads)
 
 
@@ -119,8 +135,8 @@ def ranked_sm90_configs(m: int, n: int, k: int, batches: int, sm_count: int, can
     """Every candidate configuration with its modelled time, fastest first.
 
     ``can_swap``: the operands are 2-D and TMA-readable, so ``swap_ab`` (compute
-    D^T = B^T A^T) is possible; it is considered for M <= 64, where the tokens fit
-    one 16-, 32- or 64-wide N tile instead of a mostly empty 64-row M tile.
+    D^T = B^T A^T) is possible; it is considered for M <= ``SWAP_AB_MAX_M``, where the
+    tokens fit one or two narrow N tiles instead of a mostly empty 64-row M tile.
     """
     ranked = _plain_candidates(m, n, k, batches, sm_count, model)
     if can_swap and batches == 1 and m <= SWAP_AB_MAX_M:
@@ -133,68 +149,101 @@ def ranked_sm90_configs(m: int, n: int, k: int, batches: int, sm_count: int, can
 
 def candidates_to_time(m: int, n: int, k: int, batches: int, sm_count: int, can_swap: bool, count: int,
                        model: ThroughputModel = H200) -> list[GemmConfig]:
-    """What ``config="autotune"`` times: the model's best ``count``; for decode shapes
-    that can swap A and B, the best half of each kind, because the model's choice
+    """What ``config="autotune"`` times: ``count`` of the model's candidates; for decode
+    shapes that can swap A and B, half of each kind, because the model's choice
     between them is its least reliable (the model keeps 8B QKV at M = 1 unswapped;
     measured at M <= 8, swapped ran 18.6 us against 21.8 us; benchmarks/NOTES.md
-    section 10)."""
+    section 10). Within a kind, :func:`_diverse` spreads the picks over tile shapes."""
     plain = _plain_candidates(m, n, k, batches, sm_count, model)
     if not (can_swap and batches == 1 and m <= SWAP_AB_MAX_M):
-        return [c for _, c in plain[:count]]
+        return _diverse(plain, count)
     swapped = _swapped_candidates(m, n, k, sm_count, model)
     half = min(count // 2, len(swapped))
-    return [c for _, c in plain[:count - half] + swapped[:half]]
+    return _diverse(plain, count - half) + _diverse(swapped, half)
+
+
+def _diverse(ranked, count: int) -> list[GemmConfig]:
+    """``count`` configs of a ranked list: the best of each tile and cluster shape in
+    turn, each with its unsplit variant, then the rest in rank order. The model ranks
+    memory-bound shapes least well (at M = 64 it put every split ahead of the
+    unsplit 64-wide tile that measured fastest; NOTES section 13), and the shape of
+    the tile matters more than the split."""
+    configs = [c for _, c in ranked]
+    picked, shapes = [], set()
+    for c in configs:
+        shape = (c.tile_m, c.tile_n, c.cluster_m, c.cluster_n)
+        if shape in shapes:
+            continue
+        shapes.add(shape)
+        unsplit = dataclasses.replace(c, split_k=1)
+        picked += [c] + ([unsplit] if unsplit != c and unsplit in configs else [])
+    picked += [c for c in configs if c not in picked]
+    return picked[:count]
 
 
 def _plain_candidates(m, n, k, batches, sm_count, model):
-    return _break_ties(list(_candidates(m, n, k, batches, sm_count, (64,) if m <= 64 else (128,),
-                                        (256, 192, 128, 64), False, model)))
+    # 64-row tiles up to M = 256: at M = 128 two of them (paired by a cluster that
+    # multicasts the weight) keep twice the SMs streaming as one 128-row tile.
+    tile_ms = (64,) if m <= 64 else (64, 128) if m <= 256 else (128,)
+    return _break_ties(list(_candidates(m, n, k, batches, sm_count, tile_ms, (256, 192, 128, 96, 64), False,
+                                        model)))
 
 
 def _swapped_candidates(m, n, k, sm_count, model):
-    """D^T = B^T A^T: the weight's N on the 64/128-row side, the tokens in one N tile.
-    One N tile must hold every token: with two, each weight tile is streamed twice
-    (the L2 cannot keep a whole weight matrix between the two visits)."""
-    narrow = tuple(t for t in (16, 32, 64) if t >= m)[:1]
-    return _break_ties(list(_candidates(n, m, k, 1, sm_count, (64, 128), narrow, True, model)))
+    """D^T = B^T A^T: the weight's N on the 64/128-row side, the tokens in the narrow N
+    tile. Either one N tile holds every token, or two 64- or 96-wide ones do and a 2-CTA
+    cluster multicasts each weight tile to both: the L2 cannot keep a whole weight
+    matrix between two separate visits, so a weight tile must be read once. (Pairs of
+    16- and 32-wide tiles measured 1.2-1.8x slower than one tile: their halves of a
+    weight tile are too small a copy.)"""
+    narrow = [t for t in SWAP_TILE_N if t >= m][:1] + [t for t in SWAP_TILE_N if 64 <= t < m <= 2 * t][-1:]
+    return _break_ties(list(_candidates(n, m, k, 1, sm_count, (64, 128), tuple(narrow), True, model)))
 
 
 def _break_ties(ranked):
-    """Fastest first; ties (within 2 %) go to no split, then to the wider tile: less
-    workspace, fewer stores."""
+    """Fastest first; ties (within 2 %) go to no split, then to the wider tile (less
+    workspace, fewer stores), then to the larger cluster (less L2 traffic)."""
     ranked.sort(key=lambda item: item[0])
     best = ranked[0][0]
     close = [item for item in ranked if item[0] <= best * 1.02]
-    close.sort(key=lambda item: (item[1].split_k, -item[1].tile_n))
+    close.sort(key=lambda item: (item[1].split_k, -item[1].tile_n, -item[1].cluster_size))
     return close + [item for item in ranked if item[0] > best * 1.02]
 
 
 def _candidates(m, n, k, batches, sm_count, tile_ms, tile_ns, swap_ab, model):
-    """(modelled seconds, config) of each tile and split for the kernel's own M, N."""
+    """(modelled seconds, config) of each tile, cluster and split for the kernel's own M, N."""
     k_blocks = ceil_div(k, TILE_K)
     for tile_m in tile_ms:
         for tile_n in tile_ns:
-            tiles = ceil_div(m, tile_m) * ceil_div(n, tile_n) * batches
-            tail = tiles % sm_count  # the last partial wave: all of them below one wave
-            for split in SPLITS:
-                # Split only to fill idle SMs, within one wave: past it, every extra
-                # wave of splits adds fp32 partial tiles to write and read back
-                # (measured: 112 tiles split 8 ways ran 2.5x slower than unsplit).
-                # Past a few waves the tail is a few percent of the run, inside the
-                # model's error and the jitter that already evens out the waves.
-                if split > 1 and (tail == 0 or tail * split > sm_count or tiles > MAX_WAVES_TO_SPLIT * sm_count
-                                  or k_blocks < split * MIN_K_BLOCKS_PER_SPLIT):
-                    continue
-                seconds = estimate_seconds(m, n, k, batches, sm_count, tile_m, tile_n, split, model)
-                yield seconds, _sm90_config(m, tiles, sm_count, tile_m, tile_n, split, swap_ab)
+            tiles_m, tiles_n = ceil_div(m, tile_m), ceil_div(n, tile_n)
+            for cluster_m, cluster_n in _clusters(tiles_m, tiles_n, swap_ab):
+                units = ceil_div(tiles_m, cluster_m) * ceil_div(tiles_n, cluster_n) * batches
+                slots = sm_count // (cluster_m * cluster_n)
+                tail = units % slots  # the last partial wave: all of them below one wave
+                for split in SPLITS:
+                    # Split only to fill idle SMs, within one wave: past it, every extra
+                    # wave of splits adds fp32 partial tiles to write and read back
+                    # (measured: 112 tiles split 8 ways ran 2.5x slower than unsplit).
+                    # Past a few waves the tail is a few percent of the run, inside the
+                    # model's error and the jitter that already evens out the waves.
+                    if split > 1 and (tail == 0 or tail * split > slots or units > MAX_WAVES_TO_SPLIT * slots
+                                      or k_blocks < split * MIN_K_BLOCKS_PER_SPLIT):
+                        continue
+                    seconds = estimate_seconds(m, n, k, batches, sm_count, tile_m, tile_n, split, model,
+                                               cluster_m, cluster_n)
+                    yield seconds, GemmConfig(tile_m=tile_m, tile_n=tile_n, tile_k=TILE_K, cluster_m=cluster_m,
+                                              cluster_n=cluster_n, raster=Raster.ALONG_M, swizzle=1,
+                                              split_k=split, swap_ab=swap_ab)
 
 
-def _sm90_config(m, tiles, sm_count, tile_m, tile_n, split, swap_ab) -> GemmConfig:
-    # A 2-CTA cluster along M shares each B tile through multicast, halving B's L2
-    # traffic; only worth it when there are at least two M tiles to pair and two waves.
-    cluster_m = 2 if ceil_div(m, tile_m) >= 2 and tiles >= 2 * sm_count else 1
-    return GemmConfig(tile_m=tile_m, tile_n=tile_n, tile_k=TILE_K, cluster_m=cluster_m, cluster_n=1,
-                      raster=Raster.ALONG_M, swizzle=1, split_k=split, swap_ab=swap_ab)
+def _clusters(tiles_m, tiles_n, swap_ab):
+    """Cluster shapes worth modelling. Plain: B (the weight) is multicast along M, so
+    pair M tiles when there are two or more (measured at M = 96-512: 3-25 % faster than
+    unpaired; NOTES section 13). Swapped: the weight is A, multicast along N; two N
+    tiles of tokens are always paired (see ``_swapped_candidates``)."""
+    if swap_ab:
+        return [(1, 2)] if tiles_n == 2 else [(1, 1)]
+    return [(1, 1), (2, 1)] if tiles_m >= 2 else [(1, 1)]
 
 
 def choose_config(arch: str, m: int, n: int, k: int, batches: int, sm_count: int,
