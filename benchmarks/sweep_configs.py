@@ -1,27 +1,41 @@
-"""Time several ``GemmConfig``s of wsgemm against torch.matmul on one shape, interleaved.
+"""Time many ``GemmConfig``s of wsgemm against torch.matmul on a few shapes, interleaved.
 
 Used to choose the defaults in ``wsgemm/heuristics.py``; results go to
 ``benchmarks/results/<name>.json`` and the findings to benchmarks/NOTES.md.
 
-    python benchmarks/sweep_configs.py --shape 8192x8192x8192 --dtype bf16
+Without a grid, the hand-picked 8192^3 candidates below; with ``--tiles`` (and
+optionally ``--clusters``, ``--splits``, ``--stages``, ``--swap``) every combination that the kernel accepts:
+
+    python benchmarks/sweep_configs.py --shapes 8192x8192x8192
+    python benchmarks/sweep_configs.py --shapes 512x4096x4096,128x4096x4096 --weight \\
+        --tiles 128x128,128x256 --clusters 1x1,2x1,2x2 --splits 1,2 --name sweep_mid_m
+
+``--weight`` passes B as ``W.t()`` of an (N, K) weight, as ``nn.Linear`` stores it
+(the LLM suite's layout). For each shape the JSON also records the names of the
+kernels torch.matmul launched (cuBLAS names carry their tile shape), so a gap to
+cuBLAS can be read against what cuBLAS chose.
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
+import re
+import shlex
 import sys
 from pathlib import Path
 
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_gemm import DTYPES, environment, gpu_state, summarize, time_interleaved  # noqa: E402
+from bench_gemm import DTYPES, environment, gpu_state, parse_shapes, summarize, time_interleaved  # noqa: E402
 
 import wsgemm  # noqa: E402
 from wsgemm import GemmConfig  # noqa: E402
+from wsgemm.config import ConfigError  # noqa: E402
 
-CANDIDATES = {
+HAND_PICKED_8192 = {
     "128x256 c1x1": GemmConfig(),
     "128x256 c2x1": GemmConfig(cluster_m=2),
     "128x256 c1x2": GemmConfig(cluster_n=2),
@@ -36,44 +50,109 @@ CANDIDATES = {
 }
 
 
+def grid(tiles: str, clusters: str, splits: str, stages: str = "auto", swaps: str = "0") -> dict[str, GemmConfig]:
+    """Every combination; a swapped config's tile and cluster are in the kernel's terms
+    (its M is the problem's N)."""
+    pairs = lambda text: [tuple(int(v) for v in item.split("x")) for item in text.split(",") if item]  # noqa: E731
+    depths = [None if s == "auto" else int(s) for s in stages.split(",")]
+    configs = {}
+    for swap, (tm, tn), (cm, cn), split, depth in itertools.product(
+            [bool(int(s)) for s in swaps.split(",")], pairs(tiles), pairs(clusters),
+            [int(s) for s in splits.split(",")], depths):
+        label = (("swap " if swap else "") + f"{tm}x{tn} c{cm}x{cn}" + (f" split{split}" if split > 1 else "")
+                 + (f" s{depth}" if depth else ""))
+        configs[label] = GemmConfig(tile_m=tm, tile_n=tn, cluster_m=cm, cluster_n=cn, split_k=split, stages=depth,
+                                    swap_ab=swap)
+    return configs
+
+
+def cublas_kernels(fn) -> list[str]:
+    """Names of the CUDA kernels one call of ``fn`` launches."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        fn()
+        torch.cuda.synchronize()
+    return sorted({e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA})
+
+
+def sweep_shape(m, n, k, dtype, candidates, reps, flush, weight_layout) -> dict:
+    a = torch.randn(m, k, device="cuda").to(dtype)
+    b = torch.randn(n, k, device="cuda").to(dtype).t() if weight_layout else torch.randn(k, n, device="cuda").to(dtype)
+    ref = a.float() @ b.float()
+    impls = {"torch.matmul": lambda: torch.matmul(a, b)}
+    errors, skipped = {}, {}
+    for label, config in candidates.items():
+        fn = (lambda c: (lambda: wsgemm.gemm(a, b, config=c)))(config)
+        try:
+            d = fn()
+        except ConfigError as exc:  # e.g. a split past the k-blocks, a cluster past the tiles
+            skipped[label] = str(exc)
+            continue
+        errors[label] = ((d.float() - ref).norm() / ref.norm()).item()
+        if errors[label] < 1e-2:
+            impls[label] = fn
+        else:
+            print(f"  {label}: WRONG (rel error {errors[label]:.2e}), not timed", flush=True)
+    flops = 2.0 * m * n * k
+    times = time_interleaved(impls, reps, flush)
+    rows = {label: {**summarize(ms, flops), "rel_error": errors.get(label)} for label, ms in times.items()}
+    return {"shape": [m, n, k], "b": "W.t()" if weight_layout else "row-major",
+            "cublas_kernels": cublas_kernels(impls["torch.matmul"]), "rows": rows, "skipped": skipped,
+            "configs": {label: c.short() for label, c in candidates.items()}}
+
+
+def compact(result: dict) -> dict:
+    """What the JSON keeps of a shape's sweep: microseconds (median, p10, p90) per
+    label (the labels name the configs: see :func:`grid`), and what cuBLAS ran."""
+    return {"shape": result["shape"], "b": result["b"], "cublas_kernels": result["cublas_kernels"],
+            "skipped": sorted(result["skipped"]),
+            "us": {label: [round(r[key] * 1e3, 2) for key in ("median_ms", "p10_ms", "p90_ms")]
+                   for label, r in sorted(result["rows"].items(), key=lambda kv: kv[1]["median_ms"])}}
+
+
+def print_shape(result: dict, reps: int) -> None:
+    m, n, k = result["shape"]
+    rows = result["rows"]
+    base = rows["torch.matmul"]["median_ms"]
+    print(f"\n{m}x{n}x{k} (B {result['b']}): median of {reps} interleaved runs; cuBLAS ran "
+          f"{', '.join(result['cublas_kernels'])}")
+    for label, r in sorted(rows.items(), key=lambda kv: kv[1]["median_ms"]):
+        print(f"  {label:24s} {r['median_ms'] * 1e3:8.1f} us {r['tflops']:7.1f} TFLOP/s  "
+              f"{base / r['median_ms']:.3f}x torch  [{r['p10_ms'] * 1e3:.1f}-{r['p90_ms'] * 1e3:.1f} us]", flush=True)
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--shape", default="8192x8192x8192")
+    p.add_argument("--shapes", "--shape", default="8192x8192x8192", help="MxNxK[,MxNxK...]")
     p.add_argument("--dtype", default="bf16")
+    p.add_argument("--weight", action="store_true", help="B = W.t() of an (N, K) weight")
+    p.add_argument("--tiles", help="grid of tile shapes, e.g. 128x128,128x256 (default: the 8192^3 set)")
+    p.add_argument("--clusters", default="1x1")
+    p.add_argument("--splits", default="1")
+    p.add_argument("--stages", default="auto", help="ring depths, e.g. auto,12")
+    p.add_argument("--swap", default="0", help="0: as given, 1: swap_ab (D^T = B^T A^T), 0,1: both")
     p.add_argument("--reps", type=int, default=20)
     p.add_argument("--name", default="sweep_8192_bf16")
     p.add_argument("--out", default=str(Path(__file__).parent / "results"))
     args = p.parse_args(argv)
-    m, n, k = (int(x) for x in args.shape.split("x"))
+    candidates = grid(args.tiles, args.clusters, args.splits, args.stages, args.swap) if args.tiles else HAND_PICKED_8192
     dtype = DTYPES[args.dtype]
-    a = torch.randn(m, k, device="cuda").to(dtype)
-    b = torch.randn(k, n, device="cuda").to(dtype)
-    ref = a.float() @ b.float()
-    impls = {"torch.matmul": lambda: torch.matmul(a, b)}
-    errors = {}
-    for label, config in CANDIDATES.items():
-        fn = (lambda c: (lambda: wsgemm.gemm(a, b, config=c)))(config)
-        d = fn()
-        errors[label] = ((d.float() - ref).norm() / ref.norm()).item()
-        if errors[label] < 1e-2:
-            impls[label] = fn
-        print(f"compiled {label}: rel error {errors[label]:.2e}", flush=True)
     flush = torch.empty(128 * 1024 * 1024, device="cuda", dtype=torch.float32)
-    for fn in impls.values():
-        fn()
-    times = time_interleaved(impls, args.reps, flush)
-    flops = 2.0 * m * n * k
-    rows = {label: {**summarize(ms, flops), "rel_error": errors.get(label)} for label, ms in times.items()}
-    base = rows["torch.matmul"]["median_ms"]
-    print(f"\n{args.shape} {args.dtype}: median of {args.reps} interleaved runs")
-    for label, r in sorted(rows.items(), key=lambda kv: kv[1]["median_ms"]):
-        print(f"  {label:28s} {r['tflops']:7.1f} TFLOP/s  {base / r['median_ms']:.3f}x torch  "
-              f"[{r['p10_ms']:.3f}-{r['p90_ms']:.3f} ms]")
-    report = {"shape": [m, n, k], "dtype": args.dtype, "reps": args.reps, "environment": environment(),
-              "gpu_state": gpu_state(), "configs": {k2: c.short() for k2, c in CANDIDATES.items()}, "rows": rows}
+    shapes = parse_shapes(args.shapes)
+    results = []
+    for i, (m, n, k) in enumerate(shapes, 1):
+        print(f"[{i}/{len(shapes)}] {m}x{n}x{k}: compiling and checking {len(candidates)} configs", flush=True)
+        results.append(sweep_shape(m, n, k, dtype, candidates, args.reps, flush, args.weight))
+        print_shape(results[-1], args.reps)
+    report = {"command": shlex.join(["python", "benchmarks/sweep_configs.py", *(argv or sys.argv[1:])]),
+              "dtype": args.dtype, "reps": args.reps, "environment": environment(), "gpu_state": gpu_state(),
+              "shapes": [compact(r) for r in results]}
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    (out / f"{args.name}.json").write_text(json.dumps(report, indent=2) + "\n")
+    # One line per config: [median, p10, p90] us.
+    text = re.sub(r"\[\s+([-0-9.e]+),\s+([-0-9.e]+),\s+([-0-9.e]+)\s+\]", r"[\1, \2, \3]", json.dumps(report, indent=1))
+    (out / f"{args.name}.json").write_text(text + "\n")
     return 0
 
 

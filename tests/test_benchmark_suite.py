@@ -239,3 +239,31 @@ def test_arguments(suite):
     assert suite.parse_args([]).suite == ["quick"]
     with pytest.raises(SystemExit):
         suite.parse_args(["--impls", "wsgemm,cublas"])
+
+
+# ------------------------------------------------------------------- config sweeps
+
+
+@pytest.fixture
+def sweep(monkeypatch):
+    pytest.importorskip("torch")
+    monkeypatch.syspath_prepend(str(BENCH_DIR))
+    return load("sweep_configs")
+
+
+def test_sweep_grid_names_every_combination(sweep):
+    configs = sweep.grid("64x96,128x128", "1x1,2x1", "1,2", "auto,12", "0,1")
+    assert len(configs) == 2 * 2 * 2 * 2 * 2
+    c = configs["swap 64x96 c2x1 split2 s12"]
+    assert (c.tile_m, c.tile_n, c.cluster_m, c.split_k, c.stages, c.swap_ab) == (64, 96, 2, 2, 12, True)
+    assert configs["128x128 c1x1"].stages is None and not configs["128x128 c1x1"].swap_ab
+
+
+def test_sweep_keeps_microseconds_fastest_first(sweep):
+    result = {"shape": [64, 4096, 4096], "b": "W.t()", "cublas_kernels": ["nvjet_sm90_tst_64x32"],
+              "skipped": {"64x64 c1x1 s16": "does not fit"},
+              "rows": {"torch.matmul": {"median_ms": 0.0191, "p10_ms": 0.0186, "p90_ms": 0.0211},
+                       "swap 64x64 c1x1": {"median_ms": 0.0185, "p10_ms": 0.0183, "p90_ms": 0.0211}}}
+    kept = sweep.compact(result)
+    assert list(kept["us"]) == ["swap 64x64 c1x1", "torch.matmul"]
+    assert kept["us"]["torch.matmul"] == [19.1, 18.6, 21.1] and kept["skipped"] == ["64x64 c1x1 s16"]
