@@ -5,12 +5,9 @@ the default configuration for those shape buckets on that GPU.
         benchmarks/results/autotune_h200_b.json
 
 Each input is an ``autotune.json`` written by ``config="autotune"`` (here: two runs
-of the LLM + decode suite on an H200, benchmarks/NOTES.md section 10). Where several
-runs measured a bucket, the run whose fastest candidate was fastest supplies it: a
-disturbed measurement slows every candidate of its bucket alike (one run timed a
-whole bucket at twice what the next run and the suite's own timing found), so the
-lower one is the undisturbed one. Only fields that differ from ``GemmConfig()``'s
-defaults are written.
+of the LLM + decode suite on an H200, benchmarks/NOTES.md section 13). Where several
+runs measured a bucket, :func:`merge` picks among their winners. Only fields that
+differ from ``GemmConfig()``'s defaults are written.
 """
 
 from __future__ import annotations
@@ -49,12 +46,23 @@ def render(entries: dict, source: str) -> str:
 
 
 def merge(runs: list[dict]) -> dict:
-    """One entry per shape bucket: from the run whose fastest candidate was fastest."""
+    """One entry per shape bucket. Each run's winner of the bucket is a contender; the
+    one with the best time relative to each run's fastest candidate, averaged over
+    the runs that timed it, wins. Relative times because a disturbed run slows every
+    candidate of a bucket alike (one run timed a whole bucket at twice what the next
+    run found); averaged because two candidates within a few percent swap places
+    from run to run. A tie goes to the contender whose own run measured less."""
     merged: dict = {}
-    for entries in runs:
-        for key, entry in entries.items():
-            if key not in merged or min(entry["ms"].values()) < min(merged[key]["ms"].values()):
-                merged[key] = entry
+    for key in dict.fromkeys(key for entries in runs for key in entries):
+        timings = [entries[key]["ms"] for entries in runs if key in entries]
+        contenders = [entries[key] for entries in runs if key in entries]
+
+        def score(entry):
+            name = min(entry["ms"], key=entry["ms"].get)
+            relative = [ms[name] / min(ms.values()) for ms in timings if name in ms]
+            return sum(relative) / len(relative), min(entry["ms"].values())
+
+        merged[key] = min(contenders, key=score)
     return merged
 
 

@@ -104,13 +104,13 @@ def test_the_packaged_table_is_what_the_script_writes_from_the_committed_results
     sys.path.insert(0, str(root / "benchmarks"))
     import tuned_table
 
-    runs = ["benchmarks/results/autotune_h200_a.json", "benchmarks/results/autotune_h200_b.json"]
+    runs = ["benchmarks/results/autotune_h200_c.json", "benchmarks/results/autotune_h200_d.json"]
     entries = tuned_table.merge([json.loads((root / run).read_text()) for run in runs])
     rendered = tuned_table.render(entries, ", ".join(runs))
     assert rendered == (root / "src" / "wsgemm" / "tuned_table.py").read_text()
 
 
-def test_merging_autotune_runs_keeps_each_buckets_least_disturbed_measurement():
+def test_merging_autotune_runs_averages_relative_times_of_the_runs_winners():
     import sys
     from pathlib import Path
 
@@ -120,4 +120,9 @@ def test_merging_autotune_runs_keeps_each_buckets_least_disturbed_measurement():
     first = {"x": {"config": "a", "ms": {"a": 0.015, "b": 0.016}}, "y": {"config": "c", "ms": {"c": 0.05}}}
     second = {"x": {"config": "b", "ms": {"a": 0.031, "b": 0.030}}, "y": {"config": "d", "ms": {"d": 0.04}}}
     merged = tuned_table.merge([first, second])
+    # x: a is 1.000 and 1.033 of each run's fastest, b 1.067 and 1.000: a, although the
+    # second run, disturbed (everything twice as slow), picked b. y: each contender
+    # timed once, at 1.0: the lower absolute time.
     assert (merged["x"]["config"], merged["y"]["config"]) == ("a", "d")
+    third = {"x": {"config": "b", "ms": {"a": 0.0160, "b": 0.0150}}}
+    assert tuned_table.merge([first, second, third])["x"]["config"] == "b"

@@ -1,0 +1,52 @@
+"""Autotune every shape bucket of some benchmark suites, and keep the autotuner's file.
+
+    WSGEMM_CACHE_DIR=/tmp/ws python benchmarks/tune.py --suite llm --suite decode \\
+        --save benchmarks/results/autotune_h200_c.json
+    python benchmarks/tuned_table.py benchmarks/results/autotune_h200_c.json
+
+Calls ``wsgemm.gemm(a, b, config="autotune")`` once per problem, on the operands the
+suite times (``suite.make_operands``); problems whose bucket is already in the cache
+cost nothing. Start from an empty cache directory to re-tune everything. The saved
+file is ``autotune.json`` as the autotuner wrote it: every candidate's time per bucket.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import shapes  # noqa: E402
+from suite import make_operands  # noqa: E402
+
+import wsgemm  # noqa: E402
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--suite", action="append", choices=sorted(shapes.SUITES), required=True)
+    p.add_argument("--filter", default=None, help="only problems whose label contains this")
+    p.add_argument("--save", type=Path, required=True, help="where to copy the autotune file")
+    args = p.parse_args(argv)
+    problems = shapes.select(args.suite, args.filter)
+    start = time.monotonic()
+    for i, problem in enumerate(problems, 1):
+        t0 = time.monotonic()
+        a, b = make_operands(problem, torch.bfloat16)
+        wsgemm.gemm(a, b, config="autotune")
+        plan = wsgemm.api.make_plan(a, b, None, None, "autotune")
+        print(f"[{i}/{len(problems)}] {problem.label}: {plan.spec.config.short()} "
+              f"({time.monotonic() - t0:.1f} s)", flush=True)
+    args.save.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(wsgemm.autotune.cache_path(), args.save)
+    print(f"tuned {len(problems)} problems in {time.monotonic() - start:.0f} s; wrote {args.save}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
