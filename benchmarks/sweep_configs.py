@@ -3,7 +3,8 @@
 Used to choose the defaults in ``wsgemm/heuristics.py``; results go to
 ``benchmarks/results/<name>.json`` and the findings to benchmarks/NOTES.md.
 
-Without a grid, the hand-picked 8192^3 candidates below; with ``--tiles`` (and
+Without a grid, a hand-picked set (``--set``: the 8192^3 candidates, or knobs at
+cuBLAS's own config for 512x4096x4096); with ``--tiles`` (and
 optionally ``--clusters``, ``--splits``, ``--stages``, ``--swap``) every combination that the kernel accepts:
 
     python benchmarks/sweep_configs.py --shapes 8192x8192x8192
@@ -35,18 +36,34 @@ import wsgemm  # noqa: E402
 from wsgemm import GemmConfig  # noqa: E402
 from wsgemm.config import ConfigError  # noqa: E402
 
-HAND_PICKED_8192 = {
-    "128x256 c1x1": GemmConfig(),
-    "128x256 c2x1": GemmConfig(cluster_m=2),
-    "128x256 c1x2": GemmConfig(cluster_n=2),
-    "128x256 c2x1 along_n": GemmConfig(cluster_m=2, raster="along_n"),
-    "128x256 c2x1 sw4": GemmConfig(cluster_m=2, swizzle=4),
-    "128x256 c2x1 sw8 along_n": GemmConfig(cluster_m=2, swizzle=8, raster="along_n"),
-    "128x256 c2x1 e1": GemmConfig(cluster_m=2, epi_stages=1),
-    "128x256 c2x1 after_copy": GemmConfig(cluster_m=2, lookahead="after_copy"),
-    "128x256 c2x1 none": GemmConfig(cluster_m=2, lookahead="none"),
-    "128x192 c2x1": GemmConfig(tile_n=192, cluster_m=2),
-    "128x128 c2x1": GemmConfig(tile_n=128, cluster_m=2),
+_PAIR = dict(tile_m=128, tile_n=128, cluster_m=2)
+
+HAND_PICKED = {
+    # cuBLAS's own tile, ring and cluster for 512x4096x4096 (NOTES section 13): which
+    # knob of ours closes the gap at the same configuration?
+    "cublas-512": {
+        "c2x1": GemmConfig(**_PAIR),
+        "c2x1 s5": GemmConfig(**_PAIR, stages=5), "c2x1 s4": GemmConfig(**_PAIR, stages=4),
+        "c2x1 e1": GemmConfig(**_PAIR, epi_stages=1), "c2x1 e4": GemmConfig(**_PAIR, epi_stages=4),
+        "c2x1 none": GemmConfig(**_PAIR, lookahead="none"),
+        "c2x1 after_copy": GemmConfig(**_PAIR, lookahead="after_copy"),
+        "c2x1 along_n": GemmConfig(**_PAIR, raster="along_n"), "c2x1 sw2": GemmConfig(**_PAIR, swizzle=2),
+        "128x256 c2x1": GemmConfig(tile_n=256, cluster_m=2),
+    },
+    # Section 1: large tiles, clusters, raster and look-ahead at 8192^3.
+    "8192": {
+        "128x256 c1x1": GemmConfig(),
+        "128x256 c2x1": GemmConfig(cluster_m=2),
+        "128x256 c1x2": GemmConfig(cluster_n=2),
+        "128x256 c2x1 along_n": GemmConfig(cluster_m=2, raster="along_n"),
+        "128x256 c2x1 sw4": GemmConfig(cluster_m=2, swizzle=4),
+        "128x256 c2x1 sw8 along_n": GemmConfig(cluster_m=2, swizzle=8, raster="along_n"),
+        "128x256 c2x1 e1": GemmConfig(cluster_m=2, epi_stages=1),
+        "128x256 c2x1 after_copy": GemmConfig(cluster_m=2, lookahead="after_copy"),
+        "128x256 c2x1 none": GemmConfig(cluster_m=2, lookahead="none"),
+        "128x192 c2x1": GemmConfig(tile_n=192, cluster_m=2),
+        "128x128 c2x1": GemmConfig(tile_n=128, cluster_m=2),
+    },
 }
 
 
@@ -127,7 +144,9 @@ def main(argv=None) -> int:
     p.add_argument("--shapes", "--shape", default="8192x8192x8192", help="MxNxK[,MxNxK...]")
     p.add_argument("--dtype", default="bf16")
     p.add_argument("--weight", action="store_true", help="B = W.t() of an (N, K) weight")
-    p.add_argument("--tiles", help="grid of tile shapes, e.g. 128x128,128x256 (default: the 8192^3 set)")
+    p.add_argument("--set", default="8192", choices=sorted(HAND_PICKED),
+                   help="a hand-picked set of configs, when no --tiles grid is given")
+    p.add_argument("--tiles", help="grid of tile shapes, e.g. 128x128,128x256 (default: --set)")
     p.add_argument("--clusters", default="1x1")
     p.add_argument("--splits", default="1")
     p.add_argument("--stages", default="auto", help="ring depths, e.g. auto,12")
@@ -136,7 +155,7 @@ def main(argv=None) -> int:
     p.add_argument("--name", default="sweep_8192_bf16")
     p.add_argument("--out", default=str(Path(__file__).parent / "results"))
     args = p.parse_args(argv)
-    candidates = grid(args.tiles, args.clusters, args.splits, args.stages, args.swap) if args.tiles else HAND_PICKED_8192
+    candidates = grid(args.tiles, args.clusters, args.splits, args.stages, args.swap) if args.tiles else HAND_PICKED[args.set]
     dtype = DTYPES[args.dtype]
     flush = torch.empty(128 * 1024 * 1024, device="cuda", dtype=torch.float32)
     shapes = parse_shapes(args.shapes)

@@ -6,6 +6,9 @@ caching allocator NaN-filled memory first), relative Frobenius error bounds per
 output dtype plus a row-wise bound that catches a single wrong tile.
 """
 
+import subprocess
+import sys
+
 import pytest
 import torch
 
@@ -249,8 +252,6 @@ def test_cpu_operand_next_to_a_gpu_one_is_rejected():
 
 def test_a_new_process_loads_the_kernel_from_the_disk_cache(tmp_path):
     import os
-    import subprocess
-    import sys
 
     script = (
         "import torch, wsgemm, wsgemm.compile as c\n"
@@ -269,3 +270,21 @@ def test_a_new_process_loads_the_kernel_from_the_disk_cache(tmp_path):
     assert first_disk == "False" and second_disk == "True"
     assert float(first_err) < 1e-2 and float(second_err) < 1e-2
     assert list(tmp_path.glob("k*.o"))
+
+
+def test_cluster_occupancy_is_read_in_a_fresh_process_and_a_new_thread():
+    """Regression: max_active_clusters asked the driver with the thread's current
+    context, which a fresh process or a new thread does not have yet
+    (CUDA_ERROR_INVALID_CONTEXT)."""
+    import threading
+
+    code = "import wsgemm.api as api; print(api.max_active_clusters(0, 2))"
+    fresh = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert fresh.returncode == 0, fresh.stderr[-2000:]
+    assert 0 < int(fresh.stdout.split()[-1]) <= torch.cuda.get_device_properties(0).multi_processor_count // 2
+    wsgemm.api._max_clusters.clear()
+    seen = []
+    worker = threading.Thread(target=lambda: seen.append(wsgemm.api.max_active_clusters(0, 4)))
+    worker.start()
+    worker.join()
+    assert len(seen) == 1 and 0 < seen[0] <= torch.cuda.get_device_properties(0).multi_processor_count // 4

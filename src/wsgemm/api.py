@@ -11,6 +11,7 @@ result and launches through TVM-FFI (a few microseconds of host time).
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import threading
 import warnings
@@ -73,10 +74,39 @@ def max_active_clusters(device_index: int, cluster_size: int) -> int:
             else:
                 import cutlass.utils
 
-                with torch.cuda.device(device_index):
+                with _primary_context(device_index):
                     value = cutlass.utils.HardwareInfo(device_index).get_max_active_clusters(cluster_size)
             _max_clusters[key] = max(1, int(value))
         return _max_clusters[key]
+
+
+@contextlib.contextmanager
+def _primary_context(device_index: int):
+    """The device's primary context (torch's) current on this thread for a few driver
+    calls. HardwareInfo asks the driver with the *current* context, and a thread has
+    none until its first CUDA runtime call: asked first thing in a fresh process or
+    a new thread, it failed with CUDA_ERROR_INVALID_CONTEXT. Retaining and pushing
+    the primary context neither synchronizes nor touches a stream, so it is also
+    safe while a CUDA graph is being captured."""
+    import cuda.bindings.driver as driver
+
+    def check(result):
+        err, *value = result if isinstance(result, tuple) else (result,)
+        if err != driver.CUresult.CUDA_SUCCESS:
+            raise RuntimeError(f"CUDA driver error {err} while reading device {device_index}'s cluster occupancy")
+        return value[0] if value else None
+
+    check(driver.cuInit(0))
+    device = check(driver.cuDeviceGet(device_index))
+    context = check(driver.cuDevicePrimaryCtxRetain(device))
+    try:
+        check(driver.cuCtxPushCurrent(context))
+        try:
+            yield
+        finally:
+            check(driver.cuCtxPopCurrent())
+    finally:
+        check(driver.cuDevicePrimaryCtxRelease(device))
 
 
 # --------------------------------------------------------------------------------------
