@@ -196,7 +196,7 @@ def _swapped_candidates(m, n, k, sm_count, model):
     matrix between two separate visits, so a weight tile must be read once. (Pairs of
     16- and 32-wide tiles measured 1.2-1.8x slower than one tile: their halves of a
     weight tile are too small a copy.)"""
-    narrow = [t for t in SWAP_TILE_N if t >= m][:1] + [t for t in SWAP_TILE_N if 64 <= t < m <= 2 * t][-1:]
+    narrow = [t for t in SWAP_TILE_N if t >= m][:1] + [t for t in SWAP_TILE_N if 64 <= t < m <= 2 * t][:1]
     return _break_ties(list(_candidates(n, m, k, 1, sm_count, (64, 128), tuple(narrow), True, model)))
 
 
