@@ -238,7 +238,7 @@ def _candidates(m, n, k, batches, sm_count, tile_ms, tile_ns, swap_ab, model):
 
 def _clusters(tiles_m, tiles_n, swap_ab):
     """Cluster shapes worth modelling. Plain: B (the weight) is multicast along M, so
-    pair M tiles when there are two or more (measured at M = 96-512: 3-22 % faster than
+    pair M tiles when there are two or more (measured at M = 96-512: 3-14 % faster than
     unpaired; NOTES section 13). Swapped: the weight is A, multicast along N; two N
     tiles of tokens are always paired (see ``_swapped_candidates``)."""
     if swap_ab:
