@@ -267,3 +267,27 @@ def test_sweep_keeps_microseconds_fastest_first(sweep):
     kept = sweep.compact(result)
     assert list(kept["us"]) == ["swap 64x64 c1x1", "torch.matmul"]
     assert kept["us"]["torch.matmul"] == [19.1, 18.6, 21.1] and kept["skipped"] == ["64x64 c1x1 s16"]
+
+
+def test_tune_autotunes_every_problem_and_keeps_the_autotune_file(monkeypatch, tmp_path, capsys):
+    pytest.importorskip("torch")
+    monkeypatch.syspath_prepend(str(BENCH_DIR))
+    tune = load("tune")
+    import types
+
+    import wsgemm
+
+    tuned = []
+    cache = tmp_path / "autotune.json"
+    cache.write_text('{"bucket": {"config": {}, "ms": {"a": 0.01}}}\n')
+    monkeypatch.setattr(tune, "make_operands", lambda problem, dtype: (problem, None))
+    monkeypatch.setattr(wsgemm, "gemm", lambda a, b, config=None: tuned.append((a.label, config)))
+    plan = types.SimpleNamespace(spec=types.SimpleNamespace(config=wsgemm.GemmConfig()))
+    monkeypatch.setattr(wsgemm.api, "make_plan", lambda *args: plan)
+    monkeypatch.setattr(wsgemm.autotune, "cache_path", lambda: cache)
+    saved = tmp_path / "runs" / "run.json"
+    assert tune.main(["--suite", "decode", "--filter", "8b o", "--save", str(saved)]) == 0
+    labels = [p.label for p in shapes.select(["decode"], "8b o")]
+    assert [label for label, _ in tuned] == labels and {config for _, config in tuned} == {"autotune"}
+    assert saved.read_text() == cache.read_text()
+    assert f"[{len(labels)}/{len(labels)}]" in capsys.readouterr().out
