@@ -23,6 +23,8 @@ changes no barrier of the pipeline.
 
 from __future__ import annotations
 
+import enum
+
 import cuda.bindings.driver as cuda_driver
 import cutlass
 import cutlass.cute as cute
@@ -41,6 +43,17 @@ from .common.views import gemm_views
 
 # Named barrier 0 is __syncthreads; the consumers' epilogue rendezvous uses 1.
 EPILOGUE_BARRIER_ID = 1
+
+
+class TracePoint(enum.IntEnum):
+    """Moments of a CTA's life that :meth:`Sm90Gemm.trace_point` marks."""
+
+    ENTRY = 0  # first instruction, every thread
+    BARRIERS_READY = 1  # ring barriers initialised and published cluster-wide, every thread
+    K_BLOCK_READY = 2  # a consumer thread saw a k-block's bytes land (full barrier passed)
+    MAINLOOP_DONE = 3  # a consumer thread's last wgmma of a tile retired
+    TILE_STORED = 4  # a consumer thread issued a tile's last TMA store
+    EXIT = 5  # a consumer thread is done (the store warp waited for its stores' reads)
 
 
 class Sm90Gemm(GemmKernelBase):
@@ -224,6 +237,7 @@ class Sm90Gemm(GemmKernelBase):
         flags: cute.Tensor,
         partials: cute.Tensor,
     ):
+        self.trace_point(TracePoint.ENTRY, flags)
         warp = cute.arch.make_warp_uniform(cute.arch.warp_idx())
         tidx, _, _ = cute.arch.thread_idx()
         warpgroup = warp // hardware.WARPS_PER_WARPGROUP
@@ -248,6 +262,7 @@ class Sm90Gemm(GemmKernelBase):
         # Barrier initialisation must be visible cluster-wide before any peer arrives
         # on these barriers or multicasts into this CTA.
         publish_barrier_init(cm * cn)
+        self.trace_point(TracePoint.BARRIERS_READY, flags)
 
         sA = storage.sA.get_tensor(a_smem.outer, swizzle=a_smem.inner)
         sB = storage.sB.get_tensor(b_smem.outer, swizzle=b_smem.inner)
@@ -376,6 +391,7 @@ class Sm90Gemm(GemmKernelBase):
             # (not this one's) before releasing the previous slot.
             for kb in cutlass.range(kb_count, unroll=1):
                 ring.consumer_wait(read, ring.consumer_try_wait(read))
+                self.trace_point(TracePoint.K_BLOCK_READY, flags, read)
                 slot = stages.stage_index(read, self.num_stages)
                 cute.nvgpu.warpgroup.fence()
                 for ka in cutlass.range_constexpr(k_atoms):
@@ -389,6 +405,7 @@ class Sm90Gemm(GemmKernelBase):
             cute.nvgpu.warpgroup.wait_group(0)
             if kb_count > 0:
                 ring.warp_release(read - 1, lane_signals, cm * cn > 1)
+            self.trace_point(TracePoint.MAINLOOP_DONE, flags, read)
 
             is_last_split = Boolean(True)
             if cutlass.const_expr(splits > 1):
@@ -419,6 +436,21 @@ class Sm90Gemm(GemmKernelBase):
                     tma_store_subtile(tma_d, tDsD[(None, buf)], tDgD[(None, e)], epi_barrier, is_store_warp,
                                       self.epi_stages)
                     epi_count += 1
+                self.trace_point(TracePoint.TILE_STORED, flags, read)
             work += num_clusters
         if is_store_warp:
             cute.arch.cp_async_bulk_wait_group(0, read=True)
+        self.trace_point(TracePoint.EXIT, flags, read)
+
+    # -- trace points ---------------------------------------------------------------------
+
+    def trace_point(self, point: "TracePoint", scratch: cute.Tensor, k_blocks_so_far=0):
+        """A named moment of a CTA's timeline; emits no code here.
+
+        ``benchmarks/kernel_timeline.py`` builds a subclass that records
+        ``%globaltimer`` at each point into ``scratch`` (the split-K flags argument,
+        which a ``split_k = 1`` kernel never touches), to measure where a CTA's time
+        goes: launch to first data, the steady k-block rate, the epilogue.
+        ``k_blocks_so_far`` is the consumer's running k-block count (0 before the
+        consumers start).
+        """
