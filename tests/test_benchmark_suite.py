@@ -291,3 +291,54 @@ def test_tune_autotunes_every_problem_and_keeps_the_autotune_file(monkeypatch, t
     assert [label for label, _ in tuned] == labels and {config for _, config in tuned} == {"autotune"}
     assert saved.read_text() == cache.read_text()
     assert f"[{len(labels)}/{len(labels)}]" in capsys.readouterr().out
+
+
+# ----------------------------------------------------------------------------- kernel timeline
+
+@pytest.fixture
+def timeline(monkeypatch):
+    pytest.importorskip("torch")
+    monkeypatch.syspath_prepend(str(BENCH_DIR))
+    return load("kernel_timeline")
+
+
+def test_timeline_summary_is_wrap_safe_and_per_cta(timeline):
+    def cta(entry, ready, first, interval, done, stored, exit_):
+        row = [0] * timeline.WORDS_PER_CTA
+        row[0], row[1], row[3], row[4], row[5] = entry, ready, done, stored, exit_
+        for i in range(timeline.K_BLOCKS_KEPT):
+            row[timeline.FIRST_K_BLOCK_WORD + i] = (first + interval * i) & 0xFFFFFFFF
+        return row
+
+    near_wrap = 2**32 - 500  # %globaltimer_lo wraps every 4.3 s; the first CTA starts just before
+    words = [cta(near_wrap, near_wrap + 300, near_wrap + 2500, 350, 1000, 1800, 2000),
+             cta(near_wrap + 100, near_wrap + 380, near_wrap + 2700, 350, 1200, 2000, 2600)]
+    summary = timeline.cta_timeline(words, k_blocks=64)
+    assert summary["launch_skew_us"] == 0.1
+    assert summary["first_k_block_us"] == pytest.approx(2.6)  # median of 2.5 and 2.7
+    assert summary["k_block_interval_us"] == pytest.approx(0.35)
+    assert summary["epilogue_us"] == pytest.approx(0.8)
+    assert summary["span_us"] == pytest.approx((2600 + 500) / 1e3)
+
+
+def test_timeline_cases_parse(timeline):
+    (m, n, k), config = timeline.parse_case("512x4096x4096:128x128:2x1:6")
+    assert (m, n, k) == (512, 4096, 4096)
+    assert (config.tile_m, config.tile_n, config.cluster_m, config.cluster_n, config.stages) == (128, 128, 2, 1, 6)
+    assert timeline.parse_case("8192x8192x8192:128x256:1x2:auto")[1].stages is None
+    for case in timeline.DEFAULT_CASES:
+        timeline.parse_case(case)
+
+
+def test_trace_points_emit_code_only_in_the_tracing_build(timeline, tmp_path):
+    """The shipped kernel's trace points are empty: no timer read in its PTX; the
+    tracing subclass stores %globaltimer at every point."""
+    from wsgemm import GemmConfig
+    from wsgemm import config as cfg
+    from wsgemm.compile import compile_spec
+
+    spec = cfg.make_spec("sm90", "bf16", "bf16", "k", "k", "n", GemmConfig(tile_n=128, cluster_m=2, stages=6))
+    assert "globaltimer" not in compile_spec(spec, keep_artifacts=True).ptx
+    timeline.compile_traced(spec, dump_dir=str(tmp_path))
+    (ptx,) = [p.read_text() for p in tmp_path.rglob("*.ptx")]
+    assert ptx.count("%globaltimer_lo") >= 6  # entry, barriers, k-block, mainloop, tile stored, exit

@@ -1,0 +1,227 @@
+"""Where a CTA's time goes: the SM90 kernel with its trace points switched on (H200).
+
+``wsgemm.kernels.sm90.Sm90Gemm`` marks named moments of each CTA's life with
+``trace_point`` calls that emit no code. This script builds a subclass whose trace
+points store ``%globaltimer`` (nanoseconds, shared by all SMs) into a scratch array,
+runs it on real operands (L2 flushed before every run) and reports, per case, the
+median over runs of:
+
+* ``first_k_block_us``: launch (the first CTA's first instruction) to a CTA's first
+  k-block landing in shared memory (median over CTAs): descriptor fetch, barrier
+  set-up, cluster rendezvous and one cold TMA round trip;
+* ``k_block_interval_us``: the steady rate, k-blocks 8 to the last recorded one,
+  against the wgmma time the tile needs at the measured clock (``mma_bound_us``);
+* ``epilogue_us``: last wgmma retired to last TMA store issued;
+* ``span_us``: first CTA's first instruction to the last CTA's exit, beside the
+  kernel durations CUPTI reports for this kernel and for ``torch.matmul``'s.
+
+    python benchmarks/kernel_timeline.py            # the cases of NOTES section 14
+    python benchmarks/kernel_timeline.py --case 512x4096x4096:128x128:2x1:6
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_gemm import environment, gpu_state  # noqa: E402
+
+import cutlass  # noqa: E402
+import cutlass.cute as cute  # noqa: E402
+from cutlass import Int32  # noqa: E402
+from cutlass.cute.runtime import make_fake_compact_tensor  # noqa: E402
+
+from wsgemm import GemmConfig, api, hardware  # noqa: E402
+from wsgemm import compile as compile_mod  # noqa: E402
+from wsgemm import config as cfg  # noqa: E402
+from wsgemm.kernels.common.scheduler import TileGrid  # noqa: E402
+from wsgemm.kernels.sm90 import Sm90Gemm, TracePoint  # noqa: E402
+
+# Scratch words per CTA: one per single-shot trace point, then the first K_BLOCKS_KEPT
+# k-block arrivals.
+FIRST_K_BLOCK_WORD = 8
+K_BLOCKS_KEPT = 128
+WORDS_PER_CTA = FIRST_K_BLOCK_WORD + K_BLOCKS_KEPT
+# bf16 wgmma throughput of one SM, FLOP per clock (989.4 TFLOP/s dense at 1.83 GHz
+# over 132 SMs, H100 SXM datasheet; the H200 has the same SM).
+SM90_BF16_FLOP_PER_CLOCK = 4096
+
+DEFAULT_CASES = (
+    "512x4096x4096:128x128:2x1:6",  # cuBLAS's tile and ring for this shape
+    "128x4096x4096:64x64:1x2:13",  # cuBLAS's tile and ring for this shape
+    "2048x4096x4096:128x256:2x1:auto",
+    "8192x8192x8192:128x256:2x1:auto",
+)
+
+
+class TracingSm90Gemm(Sm90Gemm):
+    """The SM90 kernel with ``trace_point`` storing ``%globaltimer``'s low word."""
+
+    @cute.jit
+    def trace_point(self, point: cutlass.Constexpr, scratch: cute.Tensor, k_blocks_so_far=0):
+        cta_m, cta_n, cluster_id = cute.arch.block_idx()
+        cm, cn = self.config.cluster_m, self.config.cluster_n
+        base = (cluster_id * (cm * cn) + cta_n * cm + cta_m) * WORDS_PER_CTA
+        tidx, _, _ = cute.arch.thread_idx()
+        if cutlass.const_expr(point in (TracePoint.ENTRY, TracePoint.BARRIERS_READY)):
+            if tidx == 0:
+                scratch[base + int(point)] = cute.arch.globaltimer_lo()
+        else:
+            # The first consumer thread speaks for its CTA.
+            if tidx == hardware.THREADS_PER_WARPGROUP:
+                if cutlass.const_expr(point == TracePoint.K_BLOCK_READY):
+                    if k_blocks_so_far < K_BLOCKS_KEPT:
+                        scratch[base + FIRST_K_BLOCK_WORD + k_blocks_so_far] = cute.arch.globaltimer_lo()
+                elif cutlass.const_expr(point == TracePoint.EXIT):
+                    scratch[base + int(point)] = cute.arch.globaltimer_lo()
+                else:  # first tile only
+                    if scratch[base + int(point)] == 0:
+                        scratch[base + int(point)] = cute.arch.globaltimer_lo()
+
+
+def compile_traced(spec: cfg.KernelSpec, dump_dir: str | None = None):
+    """The traced kernel through the split-K entry point: its int32 flags argument
+    carries the scratch words (``split_k = 1``: the kernel itself never reads it).
+    With ``dump_dir`` the PTX is kept there."""
+    kernel = TracingSm90Gemm(spec)
+    a, b, d, clusters, stream = compile_mod._example_args(spec)
+    scratch = make_fake_compact_tensor(cutlass.Int32, (cute.sym_int(),), assumed_align=16)
+    unused = make_fake_compact_tensor(cutlass.Float32, (cute.sym_int64(),), assumed_align=16)
+    options = f"--gpu-arch {spec.facts.compile_target} --enable-tvm-ffi"
+    if dump_dir:
+        options += f" --keep-ptx --dump-dir {dump_dir}"
+    return cute.compile(kernel.call_split_k, a, b, d, scratch, unused, Int32(1), stream, options=options)
+
+
+def parse_case(text: str) -> tuple[tuple[int, int, int], GemmConfig]:
+    shape, tile, cluster, stages = text.split(":")
+    m, n, k = (int(v) for v in shape.split("x"))
+    tile_m, tile_n = (int(v) for v in tile.split("x"))
+    cluster_m, cluster_n = (int(v) for v in cluster.split("x"))
+    return (m, n, k), GemmConfig(tile_m=tile_m, tile_n=tile_n, cluster_m=cluster_m, cluster_n=cluster_n,
+                                 stages=None if stages == "auto" else int(stages))
+
+
+def cupti_kernel_us(fn, runs: int, flush: torch.Tensor) -> float:
+    """Median duration of the longest kernel each call launches, as CUPTI records it."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(runs):
+            flush.zero_()
+            fn()
+        torch.cuda.synchronize()
+    durations = [e.time_range.end - e.time_range.start for e in prof.events()
+                 if e.device_type == torch.autograd.DeviceType.CUDA and "zero" not in e.name.lower()
+                 and "fill" not in e.name.lower() and "memset" not in e.name.lower()]
+    return statistics.median(sorted(durations)[-runs:])
+
+
+def cta_timeline(words: list[list[int]], k_blocks: int) -> dict:
+    """One run's per-CTA stamps -> microsecond summary (32-bit timer, wrap-safe)."""
+    t0 = min(row[TracePoint.ENTRY] for row in words)
+    us = lambda t: ((t - t0) & 0xFFFFFFFF) / 1e3  # noqa: E731
+    kept = min(k_blocks, K_BLOCKS_KEPT)
+    arrivals = [[us(row[FIRST_K_BLOCK_WORD + i]) for i in range(kept)] for row in words]
+    med = statistics.median
+    return {
+        "launch_skew_us": max(us(row[TracePoint.ENTRY]) for row in words),
+        "barriers_ready_us": med(us(row[TracePoint.BARRIERS_READY]) for row in words),
+        "first_k_block_us": med(a[0] for a in arrivals),
+        "k_block_interval_us": med((a[-1] - a[8]) / (kept - 9) for a in arrivals),
+        "mainloop_done_us": med(us(row[TracePoint.MAINLOOP_DONE]) for row in words),
+        "epilogue_us": med(us(row[TracePoint.TILE_STORED]) - us(row[TracePoint.MAINLOOP_DONE]) for row in words),
+        "first_exit_us": min(us(row[TracePoint.EXIT]) for row in words),
+        "span_us": max(us(row[TracePoint.EXIT]) for row in words),
+    }
+
+
+def run_case(text: str, runs: int, flush: torch.Tensor) -> dict:
+    (m, n, k), config = parse_case(text)
+    spec = cfg.make_spec("sm90", "bf16", "bf16", "k", "k", "n", config)  # A (M,K), B = W.t(), D (M,N)
+    config = spec.config
+    if config.split_k != 1:
+        raise SystemExit("trace scratch rides in the split-K flags argument: split_k must be 1")
+    k_blocks = -(-k // config.tile_k)
+    if k_blocks < 10:
+        raise SystemExit(f"{text}: need at least 10 k-blocks for a steady rate")
+    a = torch.randn(m, k, device="cuda").to(torch.bfloat16)
+    b = torch.randn(n, k, device="cuda").to(torch.bfloat16).t()
+    d = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
+    grid = TileGrid.for_problem(m, n, 1, config)
+    clusters = grid.launch_clusters(api.max_active_clusters(a.device.index or 0, config.cluster_size))
+    ctas = clusters * config.cluster_size
+    scratch = torch.zeros(ctas * WORDS_PER_CTA, dtype=torch.int32, device="cuda")
+    unused = torch.zeros(1, dtype=torch.float32, device="cuda")
+    kernel = compile_traced(spec)
+    traced = lambda: kernel(a, b, d, scratch, unused, clusters)  # noqa: E731
+    traced()
+    ref = a.float() @ b.float()
+    rel_error = ((d.float() - ref).norm() / ref.norm()).item()
+    if not rel_error < 1e-2:
+        raise SystemExit(f"{text}: traced kernel is wrong (relative error {rel_error:.2e})")
+    per_run = []
+    for _ in range(runs):
+        flush.zero_()
+        scratch.zero_()
+        traced()
+        torch.cuda.synchronize()
+        per_run.append(cta_timeline(scratch.view(ctas, WORDS_PER_CTA).tolist(), k_blocks))
+    summary = {key: round(statistics.median(r[key] for r in per_run), 3) for key in per_run[0]}
+    clock_mhz = float(gpu_state().get("clocks.sm", "nan"))
+    flop_per_k_block = 2 * config.tile_m * config.tile_n * config.tile_k
+    summary["mma_bound_us"] = round(flop_per_k_block / SM90_BF16_FLOP_PER_CLOCK / clock_mhz, 3)
+    summary["kernel_us"] = round(cupti_kernel_us(traced, runs, flush), 2)
+    summary["torch_matmul_kernel_us"] = round(cupti_kernel_us(lambda: torch.matmul(a, b), runs, flush), 2)
+    return {"case": text, "config": config.short(), "ctas": ctas, "k_blocks": k_blocks, "clock_mhz": clock_mhz,
+            "rel_error": rel_error, **summary}
+
+
+COLUMNS = ("first_k_block_us", "k_block_interval_us", "mma_bound_us", "epilogue_us", "span_us", "kernel_us",
+           "torch_matmul_kernel_us")
+
+
+def markdown(report: dict) -> str:
+    env = report["environment"]
+    lines = [f"# Where a CTA's time goes (SM90 kernel, trace points on)\n",
+             f"{env['gpu']}, torch {env['torch']}; median of {report['runs']} runs, L2 flushed before each; "
+             "B is an (N, K) weight passed as `w.t()`. Times in microseconds from the first CTA's first "
+             "instruction (see `benchmarks/kernel_timeline.py`).\n",
+             "| case | config | CTAs | " + " | ".join(COLUMNS) + " |", "|---" * (3 + len(COLUMNS)) + "|"]
+    for row in report["cases"]:
+        lines.append(f"| {row['case']} | `{row['config']}` | {row['ctas']} | "
+                     + " | ".join(f"{row[c]}" for c in COLUMNS) + " |")
+    lines.append("\nRegenerate: `python benchmarks/kernel_timeline.py`")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--case", action="append", help="MxNxK:TMxTN:CMxCN:STAGES|auto (repeatable)")
+    p.add_argument("--runs", type=int, default=15)
+    p.add_argument("--name", default="kernel_timeline")
+    p.add_argument("--out", type=Path, default=Path(__file__).resolve().parent / "results")
+    args = p.parse_args(argv)
+    flush = torch.empty(64 * 1024 * 1024, device="cuda", dtype=torch.float32)  # 256 MB > the 60 MB L2
+    cases = []
+    for i, text in enumerate(args.case or DEFAULT_CASES, 1):
+        print(f"[{i}/{len(args.case or DEFAULT_CASES)}] {text}: compiling the traced kernel, {args.runs} runs",
+              flush=True)
+        cases.append(run_case(text, args.runs, flush))
+        print("  " + ", ".join(f"{c} {cases[-1][c]}" for c in COLUMNS), flush=True)
+    report = {"environment": environment(), "runs": args.runs, "cases": cases}
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / f"{args.name}.json").write_text(json.dumps(report, indent=1) + "\n")
+    (args.out / f"{args.name}.md").write_text(markdown(report))
+    print(markdown(report))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
