@@ -116,7 +116,7 @@ def sweep_shape(m, n, k, dtype, candidates, reps, flush, weight_layout) -> dict:
     rows = {label: {**summarize(ms, flops), "rel_error": errors.get(label)} for label, ms in times.items()}
     return {"shape": [m, n, k], "b": "W.t()" if weight_layout else "row-major",
             "cublas_kernels": cublas_kernels(impls["torch.matmul"]), "rows": rows, "skipped": skipped,
-            "configs": {label: c.short() for label, c in candidates.items()}}
+            "configs": {label: c.short() if c else "the model's choice" for label, c in candidates.items()}}
 
 
 def compact(result: dict) -> dict:
