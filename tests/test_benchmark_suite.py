@@ -244,11 +244,16 @@ def test_arguments(suite):
 # ------------------------------------------------------------------- config sweeps
 
 
-@pytest.fixture
-def sweep(monkeypatch):
+def load_torch_script(monkeypatch, module: str):
+    """A benchmark script that imports torch and its sibling scripts."""
     pytest.importorskip("torch")
     monkeypatch.syspath_prepend(str(BENCH_DIR))
-    return load("sweep_configs")
+    return load(module)
+
+
+@pytest.fixture
+def sweep(monkeypatch):
+    return load_torch_script(monkeypatch, "sweep_configs")
 
 
 def test_sweep_grid_names_every_combination(sweep):
@@ -297,9 +302,7 @@ def test_tune_autotunes_every_problem_and_keeps_the_autotune_file(monkeypatch, t
 
 @pytest.fixture
 def timeline(monkeypatch):
-    pytest.importorskip("torch")
-    monkeypatch.syspath_prepend(str(BENCH_DIR))
-    return load("kernel_timeline")
+    return load_torch_script(monkeypatch, "kernel_timeline")
 
 
 def test_timeline_summary_is_wrap_safe_and_per_cta(timeline):
