@@ -124,3 +124,32 @@ def test_narrow_n_tiles_for_swapped_decode_compile(config, majors):
     spec, compiled = build(majors=majors, config=config)
     assert_core_structure(spec, compiled)
     assert f"m64n{config.tile_n}k16" in compiled.ptx
+
+
+def _first(ptx: str, pattern: str) -> int:
+    index = ptx.find(pattern)
+    assert index >= 0, f"{pattern!r} not in the PTX"
+    return index
+
+
+@pytest.mark.parametrize(
+    "config",
+    [GemmConfig(tile_m=128, tile_n=128, cluster_m=2, dependent_launch=True),
+     GemmConfig(tile_m=128, tile_n=16, split_k=4, dependent_launch=True)],
+    ids=lambda c: c.short(),
+)
+def test_dependent_launch_waits_before_any_global_access_and_lets_the_next_kernel_launch(config):
+    """Programmatic dependent launch: ``griddepcontrol.wait`` in the producer before
+    its first TMA load and in the consumers before their first global access, and
+    ``launch_dependents`` once the producer has issued its last load."""
+    _, compiled = build(config=config)
+    ptx = compiled.ptx
+    wait = _first(ptx, "griddepcontrol.wait;")
+    assert wait < _first(ptx, "mbarrier::complete_tx::bytes")  # the first TMA load
+    assert ptx.count("griddepcontrol.wait;") == 2  # producer and consumers
+    assert wait < _first(ptx, "griddepcontrol.launch_dependents;")
+
+
+def test_by_default_there_is_no_grid_dependency_control():
+    _, compiled = build(config=GemmConfig(tile_m=128, tile_n=128))
+    assert "griddepcontrol" not in compiled.ptx

@@ -124,3 +124,16 @@ def test_swap_ab_is_named_but_stripped_from_the_kernel_spec():
     swapped = GemmConfig(tile_n=32, swap_ab=True)
     assert "_swapab" in swapped.short()
     assert spec(swapped) == spec(GemmConfig(tile_n=32))  # one kernel serves both
+
+
+def test_dependent_launch_is_off_by_default_named_and_part_of_the_cache_key():
+    off, on = spec(GemmConfig()), spec(GemmConfig(dependent_launch=True))
+    assert off.config.dependent_launch is False and on.config.dependent_launch is True
+    assert on != off and on.short().endswith("_pdl") and "pdl" not in off.short()
+
+
+def test_dependent_launch_is_sm90_only_and_a_bool():
+    with pytest.raises(ConfigError, match=r"dependent_launch=True: .* sm90 kernel only"):
+        cfg.make_spec("sm100", "bf16", "bf16", "k", "k", "n", GemmConfig(dependent_launch=True))
+    with pytest.raises(ConfigError, match=r"dependent_launch=1 must be True or False"):
+        spec(GemmConfig(dependent_launch=1))

@@ -67,6 +67,13 @@ class GemmConfig:
     # the kernel is unchanged): a decode-sized M becomes the MMA's N, where a 16- or
     # 32-wide tile wastes little, and the weight fills the 64/128-row side.
     swap_ab: bool = False
+    # SM90 only: programmatic dependent launch. The kernel may start while the previous
+    # kernel on the stream finishes: its CTAs set up their barriers on SMs that kernel
+    # has left and wait (griddepcontrol.wait) before touching global memory; each CTA
+    # lets the next kernel launch once it has issued its last load. Off by default:
+    # measured on an H200 it helps some back-to-back shapes and slows others
+    # (benchmarks/NOTES.md section 15).
+    dependent_launch: bool = False
 
     def __post_init__(self) -> None:
         # Accept the enums' string values, so GemmConfig(lookahead="none") works.
@@ -93,6 +100,8 @@ class GemmConfig:
             name += f"_split{self.split_k}"
         if self.swap_ab:
             name += "_swapab"
+        if self.dependent_launch:
+            name += "_pdl"
         return name
 
 
@@ -351,6 +360,8 @@ def _check_common(config: GemmConfig) -> None:
         raise ConfigError(f"epi_stages={config.epi_stages} must be between 1 and 4")
     if not (isinstance(config.split_k, int) and 1 <= config.split_k <= MAX_SPLIT_K):
         raise ConfigError(f"split_k={config.split_k!r} must be an integer between 1 and {MAX_SPLIT_K}")
+    if not isinstance(config.dependent_launch, bool):
+        raise ConfigError(f"dependent_launch={config.dependent_launch!r} must be True or False")
 
 
 def _check_sm100(config: GemmConfig) -> None:
@@ -367,6 +378,11 @@ def _check_sm100(config: GemmConfig) -> None:
         raise ConfigError(
             f"split_k={config.split_k}: split-K is implemented in the sm90 kernel only; "
             "the sm100 kernel takes split_k=1"
+        )
+    if config.dependent_launch:
+        raise ConfigError(
+            "dependent_launch=True: programmatic dependent launch is implemented in the sm90 kernel "
+            "only; the sm100 kernel takes dependent_launch=False"
         )
 
 

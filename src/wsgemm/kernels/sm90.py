@@ -210,6 +210,7 @@ class Sm90Gemm(GemmKernelBase):
             cluster=self.cluster_shape_mnk,
             min_blocks_per_mp=1,  # a register cap at entry, so setmaxnreg takes effect
             stream=stream,
+            use_pdl=self.config.dependent_launch,
         )
 
     # ------------------------------------------------------------------------------
@@ -314,6 +315,10 @@ class Sm90Gemm(GemmKernelBase):
         units = clusters_m * clusters_n * batches
         total_work = split_k.work_items(units, num_clusters, splits)
         work = cluster_id
+        if cutlass.const_expr(self.config.dependent_launch):
+            # Launched while the previous kernel may still be writing: no global
+            # memory access before it has finished and flushed.
+            cute.arch.griddepcontrol_wait()
         while work < total_work:
             unit, split, unit_splits, _ = split_k.item_of_work(work, units, num_clusters, splits)
             tile_m, tile_n, batch = self.tile_of(unit, sched)
@@ -329,6 +334,10 @@ class Sm90Gemm(GemmKernelBase):
                 ring, count, token, kb_count, self.lookahead, Boolean(True), issue_copies
             )
             work += num_clusters
+        if cutlass.const_expr(self.config.dependent_launch):
+            # This CTA reads no more operands: the next kernel on the stream may launch
+            # (onto SMs this grid leaves) once every CTA has said so.
+            cute.arch.griddepcontrol_launch_dependents()
         ring.producer_tail(count)
 
     # -- consumers (wgmma warpgroups) + epilogue -----------------------------------------
@@ -340,6 +349,11 @@ class Sm90Gemm(GemmKernelBase):
         cm, cn = self.config.cluster_m, self.config.cluster_n
         consumer_tidx = tidx - hardware.THREADS_PER_WARPGROUP
         consumer_wg = consumer_tidx // hardware.THREADS_PER_WARPGROUP
+        if cutlass.const_expr(self.config.dependent_launch):
+            # The consumers' first global access (D, the split-K workspace) follows a
+            # k-block the producer loaded after its own wait; waiting here as well
+            # keeps that true for a work item with no k-blocks.
+            cute.arch.griddepcontrol_wait()
 
         # Lane i of each consumer warp releases the slot of cluster CTA i, if that CTA
         # multicasts into this one.
