@@ -43,6 +43,8 @@ import wsgemm  # noqa: E402  (bench_gemm put src/ on the path)
 TOLERANCE = {"bf16": 1e-2, "fp16": 2e-3}  # relative Frobenius error vs fp32, as bench_gemm.py
 FLUSH_BYTES = 512 * 1024 * 1024  # as bench_gemm.py: several times the 50-60 MB L2 of an H100/H200
 IMPLEMENTATIONS = ("wsgemm", "wsgemm-autotune", "torch.matmul", "triton", "quack")
+# Run only when named in --impls: wsgemm with one feature switched off, for side-by-side ablations.
+ABLATIONS = ("wsgemm-pdl", "wsgemm-nopdl")
 PEAK_SIZE = 8192  # the "measured peak": cuBLAS on a bf16 cube large enough to saturate the GPU
 
 # Dense BF16 tensor-core peak in TFLOP/s. NVIDIA H100 Tensor Core GPU datasheet (H100
@@ -103,6 +105,24 @@ def quack_gemm(autotune: bool):
     return (lambda a, b: gemm(a, b, tuned=autotune)), f"quack {version}, quack.gemm_interface.gemm, {note}"
 
 
+def default_config_with(**changes):
+    """f(a, b): wsgemm with the configuration its default path picks for these
+    operands, changed by ``changes`` (looked up once per shape and layout)."""
+    import dataclasses
+
+    configs = {}
+
+    def gemm(a, b):
+        key = (a.shape, a.stride(), b.shape, b.stride())
+        if key not in configs:
+            plan = wsgemm.api.make_plan(a, b, None, None, None)
+            configs[key] = None if plan.spec is None else dataclasses.replace(
+                plan.spec.config, swap_ab=plan.mode == "swap", **changes)
+        return wsgemm.gemm(a, b, config=configs[key])
+
+    return gemm
+
+
 def build_implementations(wanted: list[str], quack_autotune: bool) -> tuple[dict, dict]:
     """({name: f(a, b) -> d} of the implementations that can run, {name: {ran, detail}})."""
     fns, info = {}, {}
@@ -119,6 +139,9 @@ def build_implementations(wanted: list[str], quack_autotune: bool) -> tuple[dict
           f"wsgemm {wsgemm.__version__}, config='autotune': {wsgemm.autotune.TOP_CANDIDATES} of the model's "
           "candidates timed on the first call per shape bucket (in turns, single calls after an L2 flush), "
           "the winner cached on disk")
+    for name, pdl in (("wsgemm-pdl", True), ("wsgemm-nopdl", False)):
+        offer(name, default_config_with(dependent_launch=pdl), "wsgemm's default configuration for each shape, "
+              f"with GemmConfig.dependent_launch={pdl} (programmatic dependent launch) everywhere")
     offer("torch.matmul", torch.matmul, f"cuBLAS via torch {torch.__version__}, TF32 off")
     if triton_matmul.available():
         offer("triton", triton_matmul.matmul, "benchmarks/triton_matmul.py: persistent, TMA descriptors "
@@ -292,7 +315,8 @@ def parse_args(argv):
     p.add_argument("--filter", default=None, help="keep problems whose label contains this (case-insensitive)")
     p.add_argument("--dtype", default="bf16", choices=sorted(DTYPES))
     p.add_argument("--impls", default=",".join(IMPLEMENTATIONS),
-                   help="comma-separated implementations to run (torch.matmul is every ratio's reference)")
+                   help="comma-separated implementations to run (torch.matmul is every ratio's reference); "
+                        f"also accepts the ablations {', '.join(ABLATIONS)}")
     p.add_argument("--reps", type=int, default=30)
     p.add_argument("--warmup", type=int, default=5)
     p.add_argument("--graph", default="auto", choices=("auto", "always", "never"),
@@ -306,9 +330,9 @@ def parse_args(argv):
     p.add_argument("--name", default=None, help="output file stem; default suite_<suites>")
     p.add_argument("--out", type=Path, default=Path(__file__).resolve().parent / "results")
     args = p.parse_args(argv)
-    unknown = set(args.impls.split(",")) - set(IMPLEMENTATIONS)
+    unknown = set(args.impls.split(",")) - set(IMPLEMENTATIONS) - set(ABLATIONS)
     if unknown:
-        p.error(f"unknown --impls {sorted(unknown)}; choose from {', '.join(IMPLEMENTATIONS)}")
+        p.error(f"unknown --impls {sorted(unknown)}; choose from {', '.join(IMPLEMENTATIONS + ABLATIONS)}")
     args.suite = args.suite or ["quick"]
     args.name = args.name or "suite_" + "_".join(args.suite)
     return args

@@ -239,6 +239,27 @@ def test_arguments(suite):
     assert suite.parse_args([]).suite == ["quick"]
     with pytest.raises(SystemExit):
         suite.parse_args(["--impls", "wsgemm,cublas"])
+    # Ablations run only when named.
+    assert "wsgemm-nopdl" not in suite.parse_args([]).impls
+    assert suite.parse_args(["--impls", "wsgemm,wsgemm-nopdl,wsgemm-pdl"]).impls.count("pdl") == 2
+
+
+def test_ablations_use_the_default_config_with_one_change(suite, monkeypatch):
+    import torch
+
+    from wsgemm import GemmConfig
+
+    chosen = GemmConfig(tile_m=64, tile_n=64, stages=13, dependent_launch=True)
+    plans, calls = [], []
+    monkeypatch.setattr(suite.wsgemm.api, "make_plan", lambda *args: plans.append(args) or type(
+        "Plan", (), {"spec": type("Spec", (), {"config": chosen})(), "mode": "swap"})())
+    monkeypatch.setattr(suite.wsgemm, "gemm", lambda a, b, config: calls.append(config))
+    gemm = suite.default_config_with(dependent_launch=False)
+    a, b = torch.empty(2, 8), torch.empty(8, 4)
+    gemm(a, b)
+    gemm(a, b)
+    assert len(plans) == 1  # planned once per shape and layout
+    assert calls == [GemmConfig(tile_m=64, tile_n=64, stages=13, swap_ab=True, dependent_launch=False)] * 2
 
 
 # ------------------------------------------------------------------- config sweeps

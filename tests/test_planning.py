@@ -6,7 +6,7 @@ import torch
 
 from wsgemm import GemmConfig, api, autotune
 from wsgemm.tuned_table import MEASURED
-from wsgemm.heuristics import choose_config
+from wsgemm.heuristics import choose_config, with_launch_policy
 
 H200_SMS = 132
 bf16 = torch.bfloat16
@@ -126,3 +126,26 @@ def test_merging_autotune_runs_averages_relative_times_of_the_runs_winners():
     assert (merged["x"]["config"], merged["y"]["config"]) == ("a", "d")
     third = {"x": {"config": "b", "ms": {"a": 0.0160, "b": 0.0150}}}
     assert tuned_table.merge([first, second, third])["x"]["config"] == "b"
+
+
+def test_the_default_path_launches_narrow_unsplit_tiles_as_dependents():
+    """``heuristics.with_launch_policy``: programmatic dependent launch for unsplit
+    64-row tiles at most 128 wide (table, model or autotuner), never for a caller's
+    config, and never for split-K or wider tiles."""
+    x, w = meta(128, 4096), meta(4096, 4096)  # 8B o-proj, M = 128: the table's 64x64
+    _, spec, _ = plan(x, w.t(), gpu="NVIDIA H200")
+    assert (spec.config.tile_m, spec.config.tile_n, spec.config.split_k) == (64, 64, 1)
+    assert spec.config.dependent_launch
+    _, given, _ = plan(x, w.t(), GemmConfig(tile_m=64, tile_n=64), gpu="NVIDIA H200")
+    assert not given.config.dependent_launch
+    _, split, _ = plan(meta(2, 4096), w.t(), gpu="NVIDIA H200")  # decode: a split swapped tile
+    assert split.config.split_k > 1 and not split.config.dependent_launch
+    _, large, _ = plan(meta(8192, 8192), meta(8192, 8192))
+    assert large.config.tile_m == 128 and not large.config.dependent_launch
+
+
+def test_the_launch_policy_is_sm90_only():
+    narrow = GemmConfig(tile_m=64, tile_n=64)
+    assert with_launch_policy("sm90", narrow).dependent_launch
+    assert not with_launch_policy("sm100", narrow).dependent_launch
+    assert not with_launch_policy("sm90", GemmConfig(tile_m=64, tile_n=256)).dependent_launch

@@ -25,7 +25,7 @@ from .dispatch import HARDWARE_VERIFIED_ARCHS, arch_for_capability
 from . import autotune
 from .autotune import AUTOTUNE
 from .errors import DeviceError, ShapeError, UnsupportedDtypeError
-from .heuristics import choose_config
+from .heuristics import choose_config, with_launch_policy
 from .kernels.common import split_k
 from .kernels.common.scheduler import TileGrid
 from .operands import padded_empty, readable, readable_view, tma_major
@@ -352,6 +352,7 @@ def _kernel_for(a, b, out, out_dtype, config, shape, dtype, batched, batches, gp
     kernel_m, kernel_n, kernel_batches = (m * batches, n, 1) if mode == "fold" else (m, n, batches)
     # D^T = B^T A^T runs the same kernel on transposed views (2-D, readable operands).
     can_swap = mode == "direct" and a.dim() == 2 and b.dim() == 2
+    chosen_here = config is None or config == AUTOTUNE  # a caller's GemmConfig is used as given
     if config == AUTOTUNE:
         config = _autotuned(a, b, out, out_dtype, gpu, arch, (a_major, b_major, d_major), kernel_m, n, k,
                             kernel_batches, sm_count, dtype, can_swap)
@@ -361,6 +362,8 @@ def _kernel_for(a, b, out, out_dtype, config, shape, dtype, batched, batches, gp
         measured = autotune.measured_config(key)
         config = measured if measured is not None and (can_swap or not measured.swap_ab) else \
             choose_config(arch, kernel_m, n, k, kernel_batches, sm_count, can_swap)
+    if chosen_here:
+        config = with_launch_policy(arch, config)
     if config.swap_ab and can_swap:
         mode, kernel_m, kernel_n = "swap", n, m
         a_major, b_major, d_major = _swapped_majors(a, b, out, shape, dtype)

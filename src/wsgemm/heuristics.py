@@ -253,6 +253,23 @@ def choose_config(arch: str, m: int, n: int, k: int, batches: int, sm_count: int
     return ranked_sm90_configs(m, n, k, batches, sm_count, can_swap)[0][1]
 
 
+def with_launch_policy(arch: str, config: GemmConfig) -> GemmConfig:
+    """Programmatic dependent launch (``GemmConfig.dependent_launch``) for a
+    configuration wsgemm chose (table, model or autotuner; a caller's config is
+    used as given).
+
+    On for unsplit tiles 64 rows tall and at most 128 wide: short, memory-bound
+    kernels whose CTAs end raggedly, where the next kernel's CTAs setting up on the
+    SMs this one leaves saved 3-16 % per call in CUDA graphs of back-to-back calls
+    on an H200 (10 of 10 such rows measured, 1-16 %). Off elsewhere: split-K
+    configurations ran 0-2 % slower with it, 64x256 5.5 % slower, and 128-row
+    tiles within +-2 %. Single calls after an unrelated kernel do not change
+    (+-1 %). Measurements: benchmarks/NOTES.md section 15.
+    """
+    pays = arch == "sm90" and config.split_k == 1 and config.tile_m == 64 and config.tile_n <= 128
+    return dataclasses.replace(config, dependent_launch=True) if pays else config
+
+
 def _choose_sm100(m: int, n: int, batches: int, sm_count: int) -> GemmConfig:
     """Blackwell: unmeasured (no Blackwell GPU here), so the conservative shape of
     CUTLASS's defaults: 128x256 tiles with two TMEM accumulator buffers, a 2x1
