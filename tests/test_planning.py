@@ -130,8 +130,8 @@ def test_merging_autotune_runs_averages_relative_times_of_the_runs_winners():
 
 def test_the_default_path_launches_narrow_unsplit_tiles_as_dependents():
     """``heuristics.with_launch_policy``: programmatic dependent launch for unsplit
-    64-row tiles at most 128 wide (table, model or autotuner), never for a caller's
-    config, and never for split-K or wider tiles."""
+    64-row tiles 64 to 128 wide (table, model or autotuner), never for a caller's
+    config, and never for split-K, narrower or wider tiles."""
     x, w = meta(128, 4096), meta(4096, 4096)  # 8B o-proj, M = 128: the table's 64x64
     _, spec, _ = plan(x, w.t(), gpu="NVIDIA H200")
     assert (spec.config.tile_m, spec.config.tile_n, spec.config.split_k) == (64, 64, 1)
@@ -148,4 +148,6 @@ def test_the_launch_policy_is_sm90_only():
     narrow = GemmConfig(tile_m=64, tile_n=64)
     assert with_launch_policy("sm90", narrow).dependent_launch
     assert not with_launch_policy("sm100", narrow).dependent_launch
-    assert not with_launch_policy("sm90", GemmConfig(tile_m=64, tile_n=256)).dependent_launch
+    for other in (GemmConfig(tile_m=64, tile_n=256), GemmConfig(tile_m=64, tile_n=16),
+                  GemmConfig(tile_m=64, tile_n=64, split_k=2), GemmConfig(tile_m=128, tile_n=128)):
+        assert not with_launch_policy("sm90", other).dependent_launch

@@ -258,15 +258,16 @@ def with_launch_policy(arch: str, config: GemmConfig) -> GemmConfig:
     configuration wsgemm chose (table, model or autotuner; a caller's config is
     used as given).
 
-    On for unsplit tiles 64 rows tall and at most 128 wide: short, memory-bound
+    On for unsplit tiles 64 rows tall and 64 to 128 wide: short, memory-bound
     kernels whose CTAs end raggedly, where the next kernel's CTAs setting up on the
-    SMs this one leaves saved 3-16 % per call in CUDA graphs of back-to-back calls
-    on an H200 (10 of 10 such rows measured, 1-16 %). Off elsewhere: split-K
-    configurations ran 0-2 % slower with it, 64x256 5.5 % slower, and 128-row
-    tiles within +-2 %. Single calls after an unrelated kernel do not change
-    (+-1 %). Measurements: benchmarks/NOTES.md section 15.
+    SMs this one leaves made each call 1-15 % faster (geometric mean 7.1 %, 9 rows)
+    in CUDA graphs of back-to-back calls on an H200. Off elsewhere: with it, split-K
+    configurations, 16-wide and 64x256 tiles and 128-row tiles ranged from 6 %
+    slower to 6 % faster (geometric mean 0.7 % slower). A single call after an
+    unrelated kernel changes within +-3 %. benchmarks/NOTES.md section 15.
     """
-    pays = arch == "sm90" and config.split_k == 1 and config.tile_m == 64 and config.tile_n <= 128
+    pays = (arch == "sm90" and config.split_k == 1 and config.tile_m == 64
+            and 64 <= config.tile_n <= 128)
     return dataclasses.replace(config, dependent_launch=True) if pays else config
 
 

@@ -12,6 +12,10 @@ Warp roles of a CTA (``1 + consumer_warpgroups`` warpgroups of 128 threads):
   wgmma that read it retired, and after the last k-block run the **epilogue**:
   convert, store to shared memory (stmatrix), TMA-store to D.
 
+With ``config.dependent_launch`` the kernel is a programmatic dependent launch:
+``griddepcontrol.wait`` before any global-memory access, and the producer lets the
+next kernel launch once it has issued its last load (docs/architecture.md).
+
 Pipelines: ``SmemRing`` (TMA -> wgmma, full/empty mbarriers) and the epilogue's
 bulk-store groups (``cp.async.bulk.wait_group.read`` guards smem reuse).
 Scheduling: :mod:`.common.scheduler`, identical in both roles. With
