@@ -15,6 +15,7 @@ from pathlib import Path
 from . import config as cfg
 from . import hardware
 from .dispatch import HARDWARE_VERIFIED_ARCHS
+from .errors import WsgemmError
 
 
 def _add_config_args(p: argparse.ArgumentParser) -> None:
@@ -26,13 +27,15 @@ def _add_config_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--cluster", default="1x1", help="MxN cluster shape")
     p.add_argument("--stages", type=int, default=None)
     p.add_argument("--lookahead", default=d.lookahead.value, choices=[e.value for e in cfg.Lookahead])
+    p.add_argument("--dependent-launch", action="store_true",
+                   help="programmatic dependent launch (sm90): griddepcontrol.wait / launch_dependents")
 
 
 def _config_from_args(args) -> cfg.GemmConfig:
     tm, tn, tk = (int(x) for x in args.tile.split("x"))
     cm, cn = (int(x) for x in args.cluster.split("x"))
     return cfg.GemmConfig(tile_m=tm, tile_n=tn, tile_k=tk, cluster_m=cm, cluster_n=cn,
-                          stages=args.stages, lookahead=args.lookahead)
+                          stages=args.stages, lookahead=args.lookahead, dependent_launch=args.dependent_launch)
 
 
 def describe_spec(spec: cfg.KernelSpec) -> list[str]:
@@ -58,7 +61,8 @@ def describe_spec(spec: cfg.KernelSpec) -> list[str]:
         ]
     lines += [
         f"  tile       : {c.tile_m}x{c.tile_n}x{c.tile_k}, cluster {c.cluster_m}x{c.cluster_n}, "
-        f"raster {c.raster.value} swizzle {c.swizzle}, look-ahead {c.lookahead.value}",
+        f"raster {c.raster.value} swizzle {c.swizzle}, look-ahead {c.lookahead.value}"
+        + (", programmatic dependent launch" if c.dependent_launch else ""),
         f"  smem       : {budget.stages} stages x {budget.stage_bytes} B + epilogue {budget.epi_bytes} B "
         f"+ {budget.reserved_bytes} B barriers/padding = {budget.total_bytes} of {budget.capacity_bytes} B",
     ]
@@ -250,7 +254,11 @@ def main(argv=None) -> int:
         return cmd_bench(suite_args)
     if suite_args:
         parser.error(f"unrecognized arguments: {' '.join(suite_args)}")
-    return args.func(args)
+    try:
+        return args.func(args)
+    except WsgemmError as e:  # a bad config or argument: its message says what to change
+        print(f"python -m wsgemm {args.cmd}: {e}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

@@ -28,6 +28,7 @@ KEY_INSTRUCTIONS = {
     "setmaxnreg": "warpgroup register reallocation",
     "stmatrix": "registers -> shared memory (epilogue)",
     "elect.sync": "one-lane election",
+    "griddepcontrol": "programmatic dependent launch (wait / launch_dependents)",
 }
 
 

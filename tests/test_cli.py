@@ -1,0 +1,24 @@
+"""``python -m wsgemm``: the inspect command compiles one configuration without a GPU
+and reports it; a configuration the budgets or the arch reject is a one-line error
+with exit status 2, not a traceback."""
+
+from wsgemm.cli import main
+
+
+def test_inspect_reports_a_dependent_launch_kernel(tmp_path, capsys):
+    out = tmp_path / "artifacts"
+    assert main(["inspect", "--arch", "sm_90a", "--tile", "64x64x64", "--dependent-launch", "--out", str(out)]) == 0
+    report = capsys.readouterr().out
+    assert "kernel sm90_bf16tobf16_akbkdn_64x64x64_c1x1_s13_e2_along_m_w1_before_copy_pdl" in report
+    assert "programmatic dependent launch" in report and "griddepcontrol x3" in report
+    assert "griddepcontrol.wait" in (out / "kernel.ptx").read_text()
+
+
+def test_a_rejected_config_is_a_one_line_error(tmp_path, capsys):
+    status = main(["inspect", "--arch", "sm_100a", "--dependent-launch", "--out", str(tmp_path)])
+    err = capsys.readouterr().err
+    assert status == 2
+    assert err.startswith("python -m wsgemm inspect: dependent_launch=True: ") and "sm90 kernel only" in err
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1
+    assert main(["inspect", "--arch", "sm_90a", "--tile", "128x512x64", "--out", str(tmp_path)]) == 2
+    assert "tile_n=512 is not supported" in capsys.readouterr().err
