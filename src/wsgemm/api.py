@@ -421,7 +421,10 @@ def gemm(a: torch.Tensor, b: torch.Tensor, *, out: torch.Tensor | None = None,
     ``config``: ``None`` picks a configuration with the throughput model of
     ``wsgemm.heuristics``; a :class:`GemmConfig` forces one; ``"autotune"`` times the
     model's best few on these inputs the first time a shape bucket is seen (with a
-    progress bar) and remembers the winner on disk (``wsgemm.autotune``).
+    progress bar) and remembers the winner on disk (``wsgemm.autotune``). For ``None``
+    and ``"autotune"``, ``heuristics.with_launch_policy`` then decides whether the
+    kernel is launched as a programmatic dependent of the previous kernel on the
+    stream; a forced :class:`GemmConfig` says so itself (``dependent_launch``).
 
     When an input requires grad, the call records both gradients for autograd
     (computed by wsgemm too); under ``torch.compile`` it goes through the

@@ -70,9 +70,10 @@ class GemmConfig:
     # SM90 only: programmatic dependent launch. The kernel may start while the previous
     # kernel on the stream finishes: its CTAs set up their barriers on SMs that kernel
     # has left and wait (griddepcontrol.wait) before touching global memory; each CTA
-    # lets the next kernel launch once it has issued its last load. Off by default:
-    # measured on an H200 it helps some back-to-back shapes and slows others
-    # (benchmarks/NOTES.md section 15).
+    # lets the next kernel launch once it has issued its last load. Measured on an H200
+    # it helps some back-to-back shapes and slows others, so a config is built with it
+    # off, and where wsgemm chooses the config ``heuristics.with_launch_policy`` turns
+    # it on for the shapes it helps (benchmarks/NOTES.md section 15).
     dependent_launch: bool = False
 
     def __post_init__(self) -> None:
