@@ -153,3 +153,28 @@ def test_dependent_launch_waits_before_any_global_access_and_lets_the_next_kerne
 def test_by_default_there_is_no_grid_dependency_control():
     _, compiled = build(config=GemmConfig(tile_m=128, tile_n=128))
     assert "griddepcontrol" not in compiled.ptx
+
+
+@pytest.mark.parametrize("config", [GemmConfig(), GemmConfig(split_k=2)], ids=["plain", "split_k"])
+def test_cached_calls_launch_the_bare_tvm_ffi_function_with_the_same_arguments(config):
+    """``compile.launcher`` skips the DSL's Python wrapper; the bare function must take
+    the same positional arguments and check them the same way (here: a CPU tensor is
+    refused by both, with the same message)."""
+    import torch
+    import tvm_ffi
+
+    from wsgemm.compile import launcher
+
+    _, compiled = build(config=config)
+    bare = launcher(compiled.fn)
+    assert type(bare) is tvm_ffi.Function
+    a = torch.randn(64, 64).to(torch.bfloat16)
+    b = torch.randn(64, 64).to(torch.bfloat16).t()
+    d = torch.empty(64, 64, dtype=torch.bfloat16)
+    workspace = (torch.zeros(1, dtype=torch.int32), torch.zeros(1)) if config.split_k > 1 else ()
+    messages = []
+    for fn in (compiled.fn, bare):
+        with pytest.raises(ValueError, match="expected device_type=cuda") as info:
+            fn(a, b, d, *workspace, 1)
+        messages.append(str(info.value))
+    assert messages[0] == messages[1]

@@ -146,3 +146,16 @@ def test_the_operator_keeps_its_own_autograd(monkeypatch):
     torch.matmul(a_ref, b_ref).backward(grad)
     torch.testing.assert_close(a.grad, a_ref.grad)
     torch.testing.assert_close(b.grad, b_ref.grad)
+
+
+def test_eager_autograd_records_the_function_node_and_leaves_functorch_to_the_full_apply(monkeypatch):
+    """The eager path calls the C++ apply directly (``ops.gemm_with_autograd``); the
+    node it records is EagerGemm's, and under a functorch transform the call takes
+    ``Function.apply`` with its checks (EagerGemm has no ``setup_context``, which
+    functorch requires: the same error as before the shortcut)."""
+    _fake_kernel(monkeypatch)
+    a = torch.randn(8, 6, dtype=torch.float64).requires_grad_()
+    w = torch.randn(6, 5, dtype=torch.float64)
+    assert type(wsgemm.gemm(a, w).grad_fn).__name__ == "EagerGemmBackward"
+    with pytest.raises(RuntimeError, match="setup_context"):
+        torch.func.grad(lambda x: wsgemm.gemm(x, w).sum())(a.detach())

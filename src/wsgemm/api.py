@@ -323,7 +323,7 @@ def make_plan(a, b, out, out_dtype, config) -> Plan:
     grid = TileGrid.for_problem(kernel_m, kernel_n, kernel_batches, spec.config)
     clusters = grid.launch_clusters(max_active_clusters(a.device.index or 0, spec.config.cluster_size))
     workspace = launch_workspace_elems(grid, clusters, spec.config)
-    kernel = compile_mod.KERNEL_CACHE.get(spec).fn
+    kernel = compile_mod.launcher(compile_mod.KERNEL_CACHE.get(spec).fn)
     return Plan(mode, shape, dtype, a.device, kernel, clusters, spec, workspace)
 
 
@@ -436,23 +436,33 @@ def gemm(a: torch.Tensor, b: torch.Tensor, *, out: torch.Tensor | None = None,
         needs_autograd = (a.requires_grad or b.requires_grad) and torch.is_grad_enabled()
     except AttributeError:  # not tensors: gemm_eager's validation says what is wrong
         needs_autograd = False
-    if needs_autograd or torch.compiler.is_compiling():
-        return _with_autograd_or_tracing(a, b, out, out_dtype, config)
+    compiling = torch.compiler.is_compiling()
+    if needs_autograd or compiling:
+        return _with_autograd_or_tracing(a, b, out, out_dtype, config, compiling)
     return gemm_eager(a, b, out, out_dtype, config)
 
 
-def _with_autograd_or_tracing(a, b, out, out_dtype, config):
+def _with_autograd_or_tracing(a, b, out, out_dtype, config, compiling: bool):
     if out is not None:
         raise ValueError("out= is not supported when an input requires grad or under torch.compile "
                          "(autograd needs a fresh result tensor); drop out= or run under torch.no_grad()")
     if config is not None:
         raise ValueError("config= is eager-only: torch.ops.wsgemm.gemm always uses the heuristic; "
                          "drop config= or call wsgemm.gemm outside torch.compile and autograd")
-    from . import ops  # registers torch.ops.wsgemm.gemm on first use
-
-    if torch.compiler.is_compiling():
+    ops = _ops()
+    if compiling:
         return ops.gemm_op(a, b, out_dtype)
-    return ops.EagerGemm.apply(a, b, out_dtype)
+    return ops.gemm_with_autograd(a, b, out_dtype)
+
+
+@functools.lru_cache(maxsize=1)
+def _ops():
+    """``wsgemm.ops``, imported on first use: importing it registers
+    ``torch.ops.wsgemm.gemm``, which a script that never needs autograd or
+    ``torch.compile`` need not pay for."""
+    from . import ops
+
+    return ops
 
 
 def gemm_eager(a, b, out=None, out_dtype=None, config=None) -> torch.Tensor:
