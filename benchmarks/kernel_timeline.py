@@ -96,7 +96,7 @@ def compile_traced(spec: cfg.KernelSpec, dump_dir: str | None = None):
     options = f"--gpu-arch {spec.facts.compile_target} --enable-tvm-ffi"
     if dump_dir:
         options += f" --keep-ptx --dump-dir {dump_dir}"
-    return cute.compile(kernel.call_split_k, a, b, d, scratch, unused, Int32(1), stream, options=options)
+    return cute.compile(kernel.call_with_workspace, a, b, d, scratch, unused, Int32(1), stream, options=options)
 
 
 def parse_case(text: str) -> tuple[tuple[int, int, int], GemmConfig]:

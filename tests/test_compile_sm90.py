@@ -88,13 +88,15 @@ def test_other_policies_do_not_probe_before_the_copies(policy):
 @pytest.mark.parametrize(
     "config",
     [GemmConfig(tile_m=64, tile_n=64, split_k=2), GemmConfig(tile_m=128, tile_n=256, split_k=3),
-     GemmConfig(tile_m=128, tile_n=128, cluster_m=2, split_k=4)],
+     GemmConfig(tile_m=128, tile_n=128, cluster_m=2, split_k=4),
+     GemmConfig(tile_m=128, tile_n=128, stream_k=True), GemmConfig(tile_m=64, tile_n=64, cluster_m=2, stream_k=True),
+     GemmConfig(tile_m=128, tile_n=16, stream_k=True, swap_ab=True)],
     ids=lambda c: c.short(),
 )
 def test_split_k_kernels_publish_partials_with_release_and_wait_with_acquire(config):
-    """The fix-up's memory-model contract, as compiled: each non-final split fences
-    its partial-sum stores at GPU scope and counts itself with a release add; the
-    last split polls the flag with acquire loads and resets it."""
+    """The fix-up's memory-model contract, as compiled (split-K and stream-K share it):
+    each contributor fences its partial-sum stores at GPU scope and counts itself
+    with a release add; the finisher polls the flag with acquire loads and resets it."""
     spec, compiled = build(config=config)
     assert_core_structure(spec, compiled)
     ptx = compiled.ptx
@@ -155,26 +157,41 @@ def test_by_default_there_is_no_grid_dependency_control():
     assert "griddepcontrol" not in compiled.ptx
 
 
-@pytest.mark.parametrize("config", [GemmConfig(), GemmConfig(split_k=2)], ids=["plain", "split_k"])
-def test_cached_calls_launch_the_bare_tvm_ffi_function_with_the_same_arguments(config):
+_BARE_CALL_CHECK = """
+import pytest, torch, tvm_ffi
+from wsgemm import GemmConfig, config as cfg
+from wsgemm.compile import compile_spec, launcher
+
+config = GemmConfig(split_k={split_k})
+compiled = compile_spec(cfg.make_spec("sm90", "bf16", "bf16", "k", "k", "n", config))
+bare = launcher(compiled.fn)
+assert type(bare) is tvm_ffi.Function, type(bare)
+a = torch.randn(64, 64).to(torch.bfloat16)
+b = torch.randn(64, 64).to(torch.bfloat16).t()
+d = torch.empty(64, 64, dtype=torch.bfloat16)
+workspace = (torch.zeros(1, dtype=torch.int32), torch.zeros(1)) if config.split_k > 1 else ()
+messages = []
+for fn in (compiled.fn, bare):
+    with pytest.raises(ValueError, match="expected device_type=cuda") as info:
+        fn(a, b, d, *workspace, 1)
+    messages.append(str(info.value))
+assert messages[0] == messages[1], messages
+print("same")
+"""
+
+
+@pytest.mark.parametrize("split_k", [1, 2], ids=["plain", "split_k"])
+def test_cached_calls_launch_the_bare_tvm_ffi_function_with_the_same_arguments(split_k):
     """``compile.launcher`` skips the DSL's Python wrapper; the bare function must take
     the same positional arguments and check them the same way (here: a CPU tensor is
-    refused by both, with the same message)."""
-    import torch
-    import tvm_ffi
+    refused by both, with the same message). In a child process: without a GPU the
+    DSL builds the host function, and its TVM-FFI entry, only for an explicit target
+    arch (``CUTE_DSL_ARCH``, read when the DSL is imported)."""
+    import os
+    import subprocess
+    import sys
 
-    from wsgemm.compile import launcher
-
-    _, compiled = build(config=config)
-    bare = launcher(compiled.fn)
-    assert type(bare) is tvm_ffi.Function
-    a = torch.randn(64, 64).to(torch.bfloat16)
-    b = torch.randn(64, 64).to(torch.bfloat16).t()
-    d = torch.empty(64, 64, dtype=torch.bfloat16)
-    workspace = (torch.zeros(1, dtype=torch.int32), torch.zeros(1)) if config.split_k > 1 else ()
-    messages = []
-    for fn in (compiled.fn, bare):
-        with pytest.raises(ValueError, match="expected device_type=cuda") as info:
-            fn(a, b, d, *workspace, 1)
-        messages.append(str(info.value))
-    assert messages[0] == messages[1]
+    env = dict(os.environ, CUTE_DSL_ARCH="sm_90a")
+    result = subprocess.run([sys.executable, "-c", _BARE_CALL_CHECK.format(split_k=split_k)], env=env,
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0 and result.stdout.strip().endswith("same"), result.stderr[-2000:]

@@ -137,3 +137,16 @@ def test_dependent_launch_is_sm90_only_and_a_bool():
         cfg.make_spec("sm100", "bf16", "bf16", "k", "k", "n", GemmConfig(dependent_launch=True))
     with pytest.raises(ConfigError, match=r"dependent_launch=1 must be True or False"):
         spec(GemmConfig(dependent_launch=1))
+
+
+def test_stream_k_is_sm90_only_a_bool_named_and_excludes_split_k():
+    streamed = spec(GemmConfig(stream_k=True))
+    assert streamed.config.short().endswith("_streamk") and streamed != spec(GemmConfig())
+    assert streamed.config.has_workspace and GemmConfig(split_k=2).has_workspace
+    assert not GemmConfig().has_workspace
+    with pytest.raises(ConfigError, match=r"stream_k=True with split_k=2: .* pass split_k=1"):
+        spec(GemmConfig(stream_k=True, split_k=2))
+    with pytest.raises(ConfigError, match=r"stream_k=True: .* sm90 kernel only"):
+        cfg.make_spec("sm100", "bf16", "bf16", "k", "k", "n", GemmConfig(stream_k=True))
+    with pytest.raises(ConfigError, match=r"stream_k='yes' must be True or False"):
+        spec(GemmConfig(stream_k="yes"))

@@ -142,3 +142,68 @@ def test_a_split_k_launch_always_gets_a_workspace_even_with_nothing_to_split():
     tail = TileGrid.for_problem(4 * 128, 40 * 256, 1, config)  # 160 tiles: a tail of 28
     assert launch_workspace_elems(tail, 132, config) == (28, 28 * 3 * 128 * 256)
     assert launch_workspace_elems(tail, 132, GemmConfig()) == (0, 0)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    tiles_m=st.integers(1, 9),
+    tiles_n=st.integers(1, 9),
+    batches=st.integers(1, 2),
+    cluster_m=st.sampled_from([1, 2]),
+    clusters=st.integers(1, 40),
+    k_blocks=st.sampled_from([1, 2, 3, 7, 64]),
+)
+def test_stream_k_covers_every_k_block_once_and_cannot_deadlock(tiles_m, tiles_n, batches, cluster_m, clusters,
+                                                                 k_blocks):
+    """Stream-K (kernels/common/stream_k.py), walked as the kernel walks it: every
+    k-block of every tile runs once; full waves of whole tiles first; each tail tile
+    has one finisher that adds exactly the slots its contributors published (each a
+    later cluster's first tail piece, one slot per cluster); the runs of the tail
+    differ by at most one k-block; and clusters stepping in lock-step rounds, a
+    finisher spinning until its contributors are done, always finish."""
+    grid = TileGrid(tiles_m, tiles_n, batches, cluster_m, 1, True, 1, 1, stream_k=True)
+    clusters = grid.launch_clusters(clusters)
+    queues = [list(grid.cta_pieces(c, clusters, 0, 0, k_blocks)) for c in range(clusters)]
+    covered = Counter((p.tile_m, p.tile_n, p.batch, kb) for q in queues for p in q
+                      for kb in range(p.kb_first, p.kb_first + p.kb_count))
+    tiles = {(m, n, l) for m in range(0, grid.clusters_m * cluster_m, cluster_m) for n in range(tiles_n)
+             for l in range(batches)}
+    assert set(covered.values()) == {1} and len(covered) == len(tiles) * k_blocks
+    tail = grid.units % clusters
+    whole_steps = (grid.units - tail) // clusters
+    published = {}  # tile -> [slot]
+    tail_blocks = []
+    for c, q in enumerate(queues):
+        assert all(p.kb_count == k_blocks and p.publish_slot < 0 and p.waits == 0 for p in q[:whole_steps])
+        tail_blocks.append(sum(p.kb_count for p in q[whole_steps:]))
+        for i, p in enumerate(q[whole_steps:]):
+            if p.publish_slot >= 0:
+                assert i == 0 and p.publish_slot == c and p.kb_first > 0
+                published.setdefault(p[:3], []).append(c)
+    if tail:
+        active = [b for b in tail_blocks if b]
+        assert max(active) - min(active) <= 1 and sum(active) == tail * k_blocks
+    finishers = [p for q in queues for p in q[whole_steps:] if p.publish_slot < 0]
+    assert sorted(p[:3] for p in finishers) == sorted({p[:3] for q in queues for p in q[whole_steps:]})
+    for p in finishers:
+        assert p.kb_first == 0
+        assert published.get(p[:3], []) == list(range(p.first_slot, p.first_slot + p.waits))
+    done = Counter()
+    while any(queues):
+        progressed = False
+        for q in queues:
+            if q and done[q[0][:3]] >= q[0].waits:
+                p = q.pop(0)
+                done[p[:3]] += p.publish_slot >= 0
+                progressed = True
+        assert progressed, "every remaining cluster is waiting: deadlock"
+
+
+def test_stream_k_deals_a_decode_tail_evenly():
+    """48 tiles of 64 k-blocks (a 6144-wide decode weight, 128-row tiles) on 132 SMs:
+    split 2 keeps 96 SMs streaming 32 k-blocks each; stream-K keeps all 132 at 23-24."""
+    grid = TileGrid(48, 1, 1, stream_k=True)
+    assert grid.launch_clusters(132) == 132
+    runs = [sum(p.kb_count for p in grid.cta_pieces(c, 132, 0, 0, 64)) for c in range(132)]
+    assert set(runs) == {23, 24} and sum(runs) == 48 * 64
+    assert grid.workspace_elems(132, 128, 16) == (48, 132 * 128 * 16)

@@ -26,7 +26,7 @@ from . import autotune
 from .autotune import AUTOTUNE
 from .errors import DeviceError, ShapeError, UnsupportedDtypeError
 from .heuristics import choose_config, with_launch_policy
-from .kernels.common import split_k
+from .kernels.common import stream_k
 from .kernels.common.scheduler import TileGrid
 from .operands import padded_empty, readable, readable_view, tma_major
 from .workspace import split_k_workspace
@@ -322,6 +322,9 @@ def make_plan(a, b, out, out_dtype, config) -> Plan:
         a, b, out, out_dtype, config, shape, dtype, batched, batches, gpu, arch, sm_count)
     grid = TileGrid.for_problem(kernel_m, kernel_n, kernel_batches, spec.config)
     clusters = grid.launch_clusters(max_active_clusters(a.device.index or 0, spec.config.cluster_size))
+    if spec.config.stream_k and not stream_k.fits_int32(grid.units, clusters, -(-k // spec.config.tile_k)):
+        raise cfg.ConfigError(f"stream_k=True: K={k} is too long for the kernel's 32-bit stream-K arithmetic "
+                              f"on {clusters} clusters; use split_k instead")
     workspace = launch_workspace_elems(grid, clusters, spec.config)
     kernel = compile_mod.launcher(compile_mod.KERNEL_CACHE.get(spec).fn)
     return Plan(mode, shape, dtype, a.device, kernel, clusters, spec, workspace)
@@ -329,17 +332,17 @@ def make_plan(a, b, out, out_dtype, config) -> Plan:
 
 def launch_workspace_elems(grid: TileGrid, clusters: int, config: cfg.GemmConfig) -> tuple[int, int]:
     """(int32 flags, fp32 partial-sum elements) a launch hands the kernel; (0, 0)
-    without split-K.
+    without split-K or stream-K.
 
-    Only the last wave's tiles are split, so this is at most one wave of fp32 tiles
-    (132 x 15 x 128 KiB = 248 MiB at split_k = 16 on an H200), whatever M and N. When
-    the tiles fill whole waves nothing is split, but a split-K kernel's entry point
-    still takes a workspace: one element each, never touched.
+    Only the last wave's tiles are split or streamed, so this is at most one wave of
+    fp32 tiles (split-K: 132 x 15 x 128 KiB = 248 MiB at split_k = 16 on an H200;
+    stream-K: one tile per CTA), whatever M and N. When the tiles fill whole waves
+    nothing is split, but the kernel's entry point still takes a workspace: one
+    element each, never touched.
     """
-    if config.split_k <= 1:
+    if not config.has_workspace:
         return 0, 0
-    flags, partials = split_k.workspace_elems(grid.split_tiles(clusters), config.split_k, config.tile_m,
-                                              config.tile_n)
+    flags, partials = grid.workspace_elems(clusters, config.tile_m, config.tile_n)
     return max(flags, 1), max(partials, 1)
 
 

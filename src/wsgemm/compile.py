@@ -66,7 +66,7 @@ def _example_args(spec: KernelSpec):
         fake(spec.ab_dtype, k, n, spec.b_major == "n"),  # B (K, N): row-major is N-major
         fake(spec.out_dtype, m, n, spec.d_major == "n"),  # D (M, N)
     ]
-    if spec.config.split_k > 1:  # the workspace: arrival flags, fp32 partial sums
+    if spec.config.has_workspace:  # split-K or stream-K: arrival flags, fp32 partial sums
         operands += [make_fake_compact_tensor(cutlass.Int32, (cute.sym_int(),), assumed_align=16),
                      make_fake_compact_tensor(cutlass.Float32, (cute.sym_int64(),), assumed_align=16)]
     return operands + [
@@ -77,7 +77,7 @@ def _example_args(spec: KernelSpec):
 
 def _entry_point(kernel, spec: KernelSpec):
     """The builder's host function matching :func:`_example_args`."""
-    return kernel.call_split_k if spec.config.split_k > 1 else kernel
+    return kernel.call_with_workspace if spec.config.has_workspace else kernel
 
 
 def launcher(fn):

@@ -63,6 +63,11 @@ class GemmConfig:
     # (see kernels/common/split_k.py). With fewer tiles than SMs that is every tile;
     # when the tiles fill whole waves, nothing is split.
     split_k: int = 1
+    # SM90 only: stream-K for the last, partial wave instead of split-K: its tiles'
+    # k-blocks are dealt out evenly over every resident cluster, in contiguous runs that
+    # may cross tile boundaries, and pieces of one tile meet in the fp32 workspace
+    # (see kernels/common/stream_k.py). Takes split_k=1.
+    stream_k: bool = False
     # Compute D^T = B^T A^T instead (2-D operands only; wsgemm.api swaps the views,
     # the kernel is unchanged): a decode-sized M becomes the MMA's N, where a 16- or
     # 32-wide tile wastes little, and the weight fills the 64/128-row side.
@@ -87,6 +92,12 @@ class GemmConfig:
     def cluster_size(self) -> int:
         return self.cluster_m * self.cluster_n
 
+    @property
+    def has_workspace(self) -> bool:
+        """Pieces of a tile meet in an fp32 workspace (split-K or stream-K): the kernel's
+        entry point then also takes the workspace tensors."""
+        return self.split_k > 1 or self.stream_k
+
     def short(self) -> str:
         """A compact human-readable name, e.g. ``128x256x64_c2x1_s4_before_copy``."""
         stages = "auto" if self.stages is None else str(self.stages)
@@ -99,6 +110,8 @@ class GemmConfig:
             name += "_2cta"
         if self.split_k > 1:
             name += f"_split{self.split_k}"
+        if self.stream_k:
+            name += "_streamk"
         if self.swap_ab:
             name += "_swapab"
         if self.dependent_launch:
@@ -363,6 +376,11 @@ def _check_common(config: GemmConfig) -> None:
         raise ConfigError(f"split_k={config.split_k!r} must be an integer between 1 and {MAX_SPLIT_K}")
     if not isinstance(config.dependent_launch, bool):
         raise ConfigError(f"dependent_launch={config.dependent_launch!r} must be True or False")
+    if not isinstance(config.stream_k, bool):
+        raise ConfigError(f"stream_k={config.stream_k!r} must be True or False")
+    if config.stream_k and config.split_k != 1:
+        raise ConfigError(f"stream_k=True with split_k={config.split_k}: the last wave is either split or "
+                          "streamed; pass split_k=1 with stream_k")
 
 
 def _check_sm100(config: GemmConfig) -> None:
@@ -385,6 +403,9 @@ def _check_sm100(config: GemmConfig) -> None:
             "dependent_launch=True: programmatic dependent launch is implemented in the sm90 kernel "
             "only; the sm100 kernel takes dependent_launch=False"
         )
+    if config.stream_k:
+        raise ConfigError("stream_k=True: stream-K is implemented in the sm90 kernel only; "
+                          "the sm100 kernel takes stream_k=False")
 
 
 def _check_sm90(config: GemmConfig) -> None:

@@ -19,10 +19,12 @@ next kernel launch once it has issued its last load (docs/architecture.md).
 Pipelines: ``SmemRing`` (TMA -> wgmma, full/empty mbarriers) and the epilogue's
 bulk-store groups (``cp.async.bulk.wait_group.read`` guards smem reuse).
 Scheduling: :mod:`.common.scheduler`, identical in both roles. With
-``config.split_k > 1`` the tiles of the last, partial wave are split: such a work
-item is one K range of a tile, and the consumers of all but the last split publish
-fp32 partial sums instead of running the epilogue (:mod:`.common.split_k`), which
-changes no barrier of the pipeline.
+``config.split_k > 1`` the tiles of the last, partial wave are split, and with
+``config.stream_k`` their k-blocks are dealt out evenly over the clusters: a work
+piece is then one K range of a tile, and the consumers of a piece that does not
+finish its tile publish fp32 partial sums instead of running the epilogue
+(:mod:`.common.split_k`, :mod:`.common.stream_k`), which changes no barrier of the
+pipeline.
 """
 
 from __future__ import annotations
@@ -91,11 +93,11 @@ class Sm90Gemm(GemmKernelBase):
         stream: cuda_driver.CUstream,
     ):
         """Host side. Operands arrive in torch layouts (see ``common.views``)."""
-        # Without split-K there is no workspace; D stands in for it, unused.
+        # Without split-K or stream-K there is no workspace; D stands in for it, unused.
         self.launch(mA_torch, mB_torch, mD_torch, mD_torch, mD_torch, num_clusters, stream)
 
     @cute.jit
-    def call_split_k(
+    def call_with_workspace(
         self,
         mA_torch: cute.Tensor,
         mB_torch: cute.Tensor,
@@ -105,8 +107,8 @@ class Sm90Gemm(GemmKernelBase):
         num_clusters: Int32,
         stream: cuda_driver.CUstream,
     ):
-        """Host side of a split-K kernel: also takes the workspace (int32 arrival flags,
-        fp32 partial sums; sizes from ``common.split_k.workspace_elems``)."""
+        """Host side of a split-K or stream-K kernel: also takes the workspace (int32
+        arrival flags, fp32 partial sums; sizes from ``TileGrid.workspace_elems``)."""
         self.launch(mA_torch, mB_torch, mD_torch, flags, partials, num_clusters, stream)
 
     @cute.jit
@@ -315,18 +317,18 @@ class Sm90Gemm(GemmKernelBase):
         if cutlass.const_expr(self.lookahead == cfg.Lookahead.BEFORE_COPY):
             token = ring.producer_try_acquire(count)
 
-        splits = self.config.split_k
+        splits, stream = self.config.split_k, self.config.stream_k
         units = clusters_m * clusters_n * batches
-        total_work = split_k.work_items(units, num_clusters, splits)
-        work = cluster_id
+        steps = scheduler.steps_of_cluster(cluster_id, units, num_clusters, k_blocks, splits, stream)
+        step = Int32(0)
         if cutlass.const_expr(self.config.dependent_launch):
             # Launched while the previous kernel may still be writing: no global
             # memory access before it has finished and flushed.
             cute.arch.griddepcontrol_wait()
-        while work < total_work:
-            unit, split, unit_splits, _ = split_k.item_of_work(work, units, num_clusters, splits)
+        while step < steps:
+            unit, kb_first, kb_count, _, _, _, _ = scheduler.piece_of_step(
+                step, cluster_id, units, num_clusters, k_blocks, splits, stream)
             tile_m, tile_n, batch = self.tile_of(unit, sched)
-            kb_first, kb_count = split_k.k_range(split, k_blocks, unit_splits)
 
             def issue_copies(kb, slot, full):
                 cute.copy(tma_a, tAgA[(None, tile_m, kb_first + kb, batch)], tAsA[(None, slot)],
@@ -337,7 +339,7 @@ class Sm90Gemm(GemmKernelBase):
             count, token = produce_k_blocks(
                 ring, count, token, kb_count, self.lookahead, Boolean(True), issue_copies
             )
-            work += num_clusters
+            step += 1
         if cutlass.const_expr(self.config.dependent_launch):
             # This CTA reads no more operands: the next kernel on the stream may launch
             # (onto SMs this grid leaves) once every CTA has said so.
@@ -396,14 +398,15 @@ class Sm90Gemm(GemmKernelBase):
         read = Int32(0)  # k-blocks consumed so far, across tiles
         epi_count = Int32(0)  # epilogue sub-tiles stored so far, rotates sD buffers
         tiled_mma.set(cute.nvgpu.warpgroup.Field.ACCUMULATE, True)
-        splits = self.config.split_k
+        splits, stream = self.config.split_k, self.config.stream_k
         units = clusters_m * clusters_n * batches
-        total_work = split_k.work_items(units, num_clusters, splits)
-        work = cluster_id
-        while work < total_work:
-            unit, split, unit_splits, tail_index = split_k.item_of_work(work, units, num_clusters, splits)
+        steps = scheduler.steps_of_cluster(cluster_id, units, num_clusters, k_blocks, splits, stream)
+        cta_rank = cta_m * cn + cta_n  # the workspace interleaves a cluster's CTAs
+        step = Int32(0)
+        while step < steps:
+            unit, _, kb_count, publish_slot, waits, first_slot, flag = scheduler.piece_of_step(
+                step, cluster_id, units, num_clusters, k_blocks, splits, stream)
             tile_m, tile_n, batch = self.tile_of(unit, sched)
-            _, kb_count = split_k.k_range(split, k_blocks, unit_splits)
             acc.fill(0.0)
             # Keep one wgmma batch in flight: wait for the previous k-block's wgmma
             # (not this one's) before releasing the previous slot.
@@ -425,19 +428,16 @@ class Sm90Gemm(GemmKernelBase):
                 ring.warp_release(read - 1, lane_signals, cm * cn > 1)
             self.trace_point(TracePoint.MAINLOOP_DONE, flags, read)
 
-            is_last_split = Boolean(True)
-            if cutlass.const_expr(splits > 1):
-                is_last_split = split == unit_splits - 1
-                if unit_splits > 1:
-                    # The workspace numbers the split tiles by their place in the tail.
-                    tile_id = tail_index * (cm * cn) + cta_m * cn + cta_n
-                    if is_last_split:
-                        split_k.accumulate_partials(acc, partials, flags, tile_id, splits,
-                                                    consumer_tidx, self.consumer_threads, epi_barrier)
-                    else:
-                        split_k.publish_partial(acc, partials, flags, tile_id, split, splits,
+            finishes_tile = Boolean(True)
+            if cutlass.const_expr(self.config.has_workspace):
+                finishes_tile = publish_slot < 0
+                if waits > 0:
+                    split_k.accumulate_partials(acc, partials, flags, flag, first_slot, waits, cm * cn, cta_rank,
                                                 consumer_tidx, self.consumer_threads, epi_barrier)
-            if is_last_split:
+                if not finishes_tile:
+                    split_k.publish_partial(acc, partials, flags, publish_slot, flag, cm * cn, cta_rank,
+                                            consumer_tidx, self.consumer_threads, epi_barrier)
+            if finishes_tile:
                 # ---- epilogue: registers -> smem -> TMA store, one sub-tile at a time ----
                 gD_tile = gD[(None, None, tile_m, tile_n, batch)]
                 gD_epi = cute.zipped_divide(gD_tile, self.epi_tile)
@@ -455,7 +455,7 @@ class Sm90Gemm(GemmKernelBase):
                                       self.epi_stages)
                     epi_count += 1
                 self.trace_point(TracePoint.TILE_STORED, flags, read)
-            work += num_clusters
+            step += 1
         if is_store_warp:
             cute.arch.cp_async_bulk_wait_group(0, read=True)
         self.trace_point(TracePoint.EXIT, flags, read)

@@ -14,11 +14,11 @@ sequence independently, so the roles never exchange tile coordinates.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Iterator
+from typing import Iterator, NamedTuple
 
 import cutlass
 
-from . import split_k
+from . import split_k, stream_k
 
 
 def ceil_div(a, b):
@@ -52,6 +52,38 @@ def cluster_coord_of_work(work, clusters_m, clusters_n, along_m: bool, swizzle: 
     return band_idx, walk_idx, batch
 
 
+def steps_of_cluster(cluster, units, clusters, k_blocks, splits: int, stream: bool):
+    """Work pieces cluster ``cluster`` runs (``splits`` and ``stream`` are compile-time):
+    whole units, then its share of the last partial wave, split (``split_k``) or
+    streamed (``stream_k``)."""
+    if stream:
+        return stream_k.steps_of_cluster(cluster, units, clusters, k_blocks)
+    return split_k.steps_of_cluster(cluster, units, clusters, splits)
+
+
+def piece_of_step(step, cluster, units, clusters, k_blocks, splits: int, stream: bool):
+    """``(unit, first k-block, k-blocks, publish slot, waits, first slot, flag)`` of
+    cluster ``cluster``'s ``step``-th piece; see ``split_k.piece_of_step`` and
+    ``stream_k.piece_of_step``. Without a tail schedule a piece is a whole unit."""
+    if stream:
+        return stream_k.piece_of_step(step, cluster, units, clusters, k_blocks)
+    return split_k.piece_of_step(step, cluster, units, clusters, k_blocks, splits)
+
+
+class Piece(NamedTuple):
+    """One step of a CTA's walk (host side: tests, examples, the CPU model)."""
+
+    tile_m: int
+    tile_n: int
+    batch: int
+    kb_first: int
+    kb_count: int
+    publish_slot: int  # -1 unless the piece stores partial sums instead of D
+    waits: int  # partial sums the piece adds before its epilogue
+    first_slot: int
+    flag: int
+
+
 @dataclass(frozen=True)
 class TileGrid:
     """Host-side description of the work of one launch (plain Python)."""
@@ -64,6 +96,7 @@ class TileGrid:
     along_m: bool = True
     swizzle: int = 1
     split_k: int = 1  # work items per output tile (kernels/common/split_k.py)
+    stream_k: bool = False  # the last wave's k-blocks dealt out evenly (kernels/common/stream_k.py)
 
     @classmethod
     def for_problem(cls, m: int, n: int, batches: int, config) -> "TileGrid":
@@ -78,6 +111,7 @@ class TileGrid:
             config.raster == Raster.ALONG_M,
             config.swizzle,
             config.split_k,
+            config.stream_k,
         )
 
     @property
@@ -104,14 +138,37 @@ class TileGrid:
 
         The split tail the kernel derives from this grid (``units % clusters``) is the
         one ``max_active_clusters`` gives: a grid smaller than that only happens when
-        every unit is in the tail either way.
+        every unit is in the tail either way. Stream-K fills every resident cluster
+        (the kernel leaves out those past one k-block each).
         """
+        if self.stream_k:
+            return max(1, max_active_clusters)
         return max(1, min(self.work_items(max_active_clusters), max_active_clusters))
 
     def split_tiles(self, clusters: int) -> int:
-        """CTA tiles whose K range is split on a grid of ``clusters`` (what the split-K
-        workspace is sized by)."""
-        return split_k.tail_units(self.units, clusters, self.split_k) * self.cluster_m * self.cluster_n
+        """CTA tiles whose K range is split (or streamed) on a grid of ``clusters``:
+        what the workspace's flags are sized by."""
+        splits = 2 if self.stream_k else self.split_k  # any split: the tail is units % clusters
+        return split_k.tail_units(self.units, clusters, splits) * self.cluster_m * self.cluster_n
+
+    def workspace_elems(self, clusters: int, tile_m: int, tile_n: int) -> tuple[int, int]:
+        """(int32 flags, fp32 partial-sum elements) of a launch on ``clusters``;
+        (0, 0) when nothing is split or streamed."""
+        if self.stream_k:
+            return stream_k.workspace_elems(self.split_tiles(clusters), clusters, self.cluster_m * self.cluster_n,
+                                            tile_m, tile_n)
+        return split_k.workspace_elems(self.split_tiles(clusters), self.split_k, tile_m, tile_n)
+
+    def cta_pieces(self, cluster: int, clusters: int, cta_m: int, cta_n: int, k_blocks: int) -> Iterator[Piece]:
+        """The pieces CTA ``(cta_m, cta_n)`` of cluster ``cluster`` runs, in order: the
+        kernel's own walk (``piece_of_step``), with output tile coordinates."""
+        steps = steps_of_cluster(cluster, self.units, clusters, k_blocks, self.split_k, self.stream_k)
+        for step in range(steps):
+            unit, *rest = piece_of_step(step, cluster, self.units, clusters, k_blocks, self.split_k,
+                                        self.stream_k)
+            cm, cn, batch = cluster_coord_of_work(unit, self.clusters_m, self.clusters_n, self.along_m,
+                                                  self.swizzle)
+            yield Piece(cm * self.cluster_m + cta_m, cn * self.cluster_n + cta_n, batch, *rest)
 
     def cta_work(self, cluster: int, clusters: int, cta_m: int, cta_n: int) -> Iterator[tuple[int, ...]]:
         """``(tile_m, tile_n, batch, split, splits)`` of the work items CTA

@@ -34,6 +34,12 @@ it waits for (smaller indices) are done.
 
 The flags start at zero when the workspace is allocated (``wsgemm.api``) and every
 launch leaves them at zero, so a cached workspace needs no memset per call.
+
+Stream-K (``stream_k.py``) deals the tail out differently but meets in the same
+kind of workspace through the same two device functions: a *contributor* publishes
+to a slot and counts itself in a flag; a *finisher* waits for a count and adds a
+run of consecutive slots. Here the non-last splits are the contributors and the
+last split is the finisher.
 """
 
 from __future__ import annotations
@@ -85,6 +91,28 @@ def k_range(split, k_blocks, splits: int):
     return begin, end - begin
 
 
+def steps_of_cluster(cluster, units, clusters, splits: int):
+    """Work items cluster ``cluster`` runs: ``cluster, cluster + clusters, ...``."""
+    return (cutlass.max(work_items(units, clusters, splits) - cluster, 0) + clusters - 1) // clusters
+
+
+def piece_of_step(step, cluster, units, clusters, k_blocks, splits: int):
+    """``(unit, first k-block, k-blocks, publish slot, waits, first slot, flag)`` of
+    this cluster's ``step``-th work item, in the form ``stream_k.piece_of_step`` gives
+    (the kernels handle both alike): a split but the last publishes to its slot
+    (``publish slot`` >= 0), the last split waits for the ``splits - 1`` others,
+    whose slots are consecutive from ``first slot``; ``flag`` is the tile's place
+    in the tail."""
+    unit, split, unit_splits, tail_index = item_of_work(cluster + step * clusters, units, clusters, splits)
+    kb_first, kb_count = k_range(split, k_blocks, unit_splits)
+    is_split = cutlass.min(unit_splits - 1, 1)
+    is_last = cutlass.min(cutlass.max(split - unit_splits + 2, 0), 1)  # split == unit_splits - 1
+    first_slot = tail_index * (splits - 1)
+    publish_slot = is_split * (1 - is_last) * (first_slot + split + 1) - 1
+    waits = is_split * is_last * (splits - 1)
+    return unit, kb_first, kb_count, publish_slot, waits, first_slot, tail_index
+
+
 def workspace_elems(split_tiles: int, splits: int, tile_m: int, tile_n: int) -> tuple[int, int]:
     """(int32 flags, fp32 partial-sum elements) a launch that splits ``split_tiles``
     CTA tiles (tail units times CTAs per cluster) needs."""
@@ -97,43 +125,46 @@ def workspace_elems(split_tiles: int, splits: int, tile_m: int, tile_n: int) -> 
 # Device side: the consumer warpgroups' fix-up
 # --------------------------------------------------------------------------------------
 
-def _slot(partials: cute.Tensor, tile_id, split, splits: int, threads: int, frag: int):
-    """Fragment-order view of the partial-sum slot of ``split`` of tile ``tile_id``."""
-    offset = (Int64(tile_id) * (splits - 1) + Int64(split)) * (threads * frag)
+def _slot(partials: cute.Tensor, slot, ctas: int, cta_rank, threads: int, frag: int):
+    """Fragment-order view of partial-sum slot ``slot`` of the CTA ``cta_rank`` of
+    its cluster (slots interleave the cluster's CTAs)."""
+    offset = (Int64(slot) * ctas + Int64(cta_rank)) * (threads * frag)
     return cute.make_tensor(partials.iterator + offset, cute.make_layout((threads, frag), stride=(1, threads)))
 
 
 @cute.jit
-def publish_partial(acc: cute.Tensor, partials: cute.Tensor, flags: cute.Tensor, tile_id, split,
-                    splits: cutlass.Constexpr, tidx: Int32, threads: cutlass.Constexpr, barrier):
-    """A non-final split: store ``acc`` to its slot, then count the tile's flag up."""
+def publish_partial(acc: cute.Tensor, partials: cute.Tensor, flags: cute.Tensor, slot, flag,
+                    ctas: cutlass.Constexpr, cta_rank, tidx: Int32, threads: cutlass.Constexpr, barrier):
+    """A contributor (a split but the last, or a stream-K piece that does not start
+    its tile): store ``acc`` to its slot, then count the tile's flag up."""
     frag = cute.size(acc)
-    slot = _slot(partials, tile_id, split, splits, threads, frag)
+    dst = _slot(partials, slot, ctas, cta_rank, threads, frag)
     for v in cutlass.range(frag, unroll_full=True):
-        slot[(tidx, v)] = acc[v]
+        dst[(tidx, v)] = acc[v]
     # Every thread's stores must be visible GPU-wide before the one release below
     # makes them reachable; the named barrier orders the threads in the CTA.
     cute.arch.fence_acq_rel_gpu()
     barrier.arrive_and_wait()
     if tidx == 0:
-        cute.arch.red((flags.iterator + tile_id).llvm_ptr, Int32(1), op="add", dtype=Int32,
+        cute.arch.red((flags.iterator + (flag * ctas + cta_rank)).llvm_ptr, Int32(1), op="add", dtype=Int32,
                       sem="release", scope="gpu")
 
 
 @cute.jit
-def accumulate_partials(acc: cute.Tensor, partials: cute.Tensor, flags: cute.Tensor, tile_id,
-                        splits: cutlass.Constexpr, tidx: Int32, threads: cutlass.Constexpr, barrier):
-    """The last split: wait for the other splits' partial sums and add them to ``acc``."""
+def accumulate_partials(acc: cute.Tensor, partials: cute.Tensor, flags: cute.Tensor, flag, first_slot, waits,
+                        ctas: cutlass.Constexpr, cta_rank, tidx: Int32, threads: cutlass.Constexpr, barrier):
+    """A finisher: wait until ``waits`` contributors have counted themselves in the
+    tile's flag, then add their slots (``first_slot`` on, in order) to ``acc``."""
     if tidx == 0:
-        flag = (flags.iterator + tile_id).llvm_ptr
-        arrived = cute.arch.load(flag, Int32, sem="acquire", scope="gpu")
-        while arrived < splits - 1:
-            arrived = cute.arch.load(flag, Int32, sem="acquire", scope="gpu")
+        flag_ptr = (flags.iterator + (flag * ctas + cta_rank)).llvm_ptr
+        arrived = cute.arch.load(flag_ptr, Int32, sem="acquire", scope="gpu")
+        while arrived < waits:
+            arrived = cute.arch.load(flag_ptr, Int32, sem="acquire", scope="gpu")
         # Nobody else touches this flag in this launch: leave it at zero for the next.
-        cute.arch.store(flag, Int32(0), sem="relaxed", scope="gpu")
+        cute.arch.store(flag_ptr, Int32(0), sem="relaxed", scope="gpu")
     barrier.arrive_and_wait()
     frag = cute.size(acc)
-    for s in cutlass.range(splits - 1, unroll=1):
-        slot = _slot(partials, tile_id, s, splits, threads, frag)
+    for s in cutlass.range(waits, unroll=1):
+        src = _slot(partials, first_slot + s, ctas, cta_rank, threads, frag)
         for v in cutlass.range(frag, unroll_full=True):
-            acc[v] = acc[v] + slot[(tidx, v)]
+            acc[v] = acc[v] + src[(tidx, v)]
