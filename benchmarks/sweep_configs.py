@@ -50,6 +50,14 @@ HAND_PICKED = {
         "c2x1 along_n": GemmConfig(**_PAIR, raster="along_n"), "c2x1 sw2": GemmConfig(**_PAIR, swizzle=2),
         "128x256 c2x1": GemmConfig(tile_n=256, cluster_m=2),
     },
+    # Section 16: the last partial wave of many-wave problems streamed (stream-K)
+    # against left whole.
+    "streamk": {
+        "128x256 c2x1": GemmConfig(cluster_m=2),
+        "128x256 c2x1 streamk": GemmConfig(cluster_m=2, stream_k=True),
+        "128x256 c1x1": GemmConfig(),
+        "128x256 c1x1 streamk": GemmConfig(stream_k=True),
+    },
     # Section 1: large tiles, clusters, raster and look-ahead at 8192^3.
     "8192": {
         "128x256 c1x1": GemmConfig(),

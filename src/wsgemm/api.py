@@ -229,8 +229,15 @@ class Plan:
     kernel: object | None = None  # the TVM-FFI compiled function
     clusters: int = 0
     spec: cfg.KernelSpec | None = None
-    # Split-K only: (int32 flags, fp32 partial-sum elements) of the workspace.
+    # Split-K and stream-K only: (int32 flags, fp32 partial-sum elements) of the workspace.
     workspace: tuple[int, int] = (0, 0)
+
+    def __post_init__(self):
+        if self.mode == "direct" and not self.workspace[0]:
+            # The commonest cached call, with nothing left to decide: a closure over the
+            # values it needs runs ~0.3 us faster than the general method below.
+            object.__setattr__(self, "run", _direct_runner(self.kernel, self.clusters, self.shape, self.dtype,
+                                                           self.device))
 
     def run(self, a, b, out):
         if out is None:
@@ -269,6 +276,19 @@ class Plan:
             target.copy_(d3)
 
 
+def _direct_runner(kernel, clusters: int, shape: tuple, dtype: torch.dtype, device: torch.device):
+    """``Plan.run`` for mode ``"direct"`` without a workspace."""
+    empty = torch.empty
+
+    def run(a, b, out):
+        if out is None:
+            out = empty(*shape, dtype=dtype, device=device)
+        kernel(a, b, out, clusters)
+        return out
+
+    return run
+
+
 _plans: dict = {}
 _plans_lock = threading.Lock()
 # Plans are small, but a process that sees endlessly many shapes must not grow without
@@ -279,10 +299,12 @@ MAX_PLANS = 4096
 def _signature(a, b, out, out_dtype, config):
     """Everything a plan depends on. Raises AttributeError/TypeError for non-tensors,
     which sends the call down the validating path."""
-    key = (a.shape, a.stride(), a.dtype, a.device, a.data_ptr() & 15,
-           b.shape, b.stride(), b.dtype, b.device, b.data_ptr() & 15, out_dtype, config)
+    # get_device(): an int, cheaper than building a torch.device; -1 for CPU and meta
+    # tensors, which never get a plan (validation rejects them first).
+    key = (a.shape, a.stride(), a.dtype, a.get_device(), a.data_ptr() & 15,
+           b.shape, b.stride(), b.dtype, b.get_device(), b.data_ptr() & 15, out_dtype, config)
     if out is not None:
-        key += (out.shape, out.stride(), out.dtype, out.device, out.data_ptr() & 15)
+        key += (out.shape, out.stride(), out.dtype, out.get_device(), out.data_ptr() & 15)
     return key
 
 

@@ -79,33 +79,23 @@ MAX_WAVES_TO_SPLIT = 4
 
 def estimate_seconds(m: int, n: int, k: int, batches: int, sm_count: int, tile_m: int, tile_n: int,
                      split_k: int = 1, model: ThroughputModel = H200, cluster_m: int = 1,
-                     cluster_n: int = 1, stream_k: bool = False) -> float:
+                     cluster_n: int = 1) -> float:
     """Modelled run time of one SM90 configuration on an ``sm_count``-SM GPU.
 
     With ``split_k > 1`` only the tiles of the last partial wave are split
-    (``kernels/common/split_k.py``): full waves of whole tiles, then the split tail;
-    with ``stream_k`` the tail's k-blocks are dealt out evenly instead
-    (``kernels/common/stream_k.py``).
+    (``kernels/common/split_k.py``): full waves of whole tiles, then the split tail.
     A cluster pads the tile grid to whole clusters, and its CTAs share the operand
     tiles they have in common through multicast (one L2 read for the cluster).
     """
     cluster = cluster_m * cluster_n
     units = ceil_div(ceil_div(m, tile_m), cluster_m) * ceil_div(ceil_div(n, tile_n), cluster_n) * batches
     slots = max(1, sm_count // cluster)  # clusters resident at once (GPCs may fit fewer)
-    tail = units % slots if split_k > 1 or stream_k else 0
+    tail = units % slots if split_k > 1 else 0
     k_blocks = ceil_div(k, TILE_K)
     tile_seconds = functools.partial(_tile_seconds, m, n, tile_m=tile_m, tile_n=tile_n, model=model,
                                      cluster_m=cluster_m, cluster_n=cluster_n)
     busiest_sm = (units - tail) // slots * tile_seconds(k_blocks)
-    partial_tiles = (split_k - 1) * tail
-    if tail and stream_k:
-        streamers = min(slots, tail * k_blocks)
-        busiest_sm += tile_seconds(ceil_div(tail * k_blocks, streamers))
-        # A finisher reads its contributors' fp32 tiles (about streamers / tail of them)
-        # before it stores anything; each contributor wrote one.
-        busiest_sm += ceil_div(streamers, tail) * tile_m * tile_n * 4 / model.sm_l2_bytes_per_s
-        partial_tiles = streamers
-    elif tail:
+    if tail:
         split_blocks = ceil_div(k_blocks, split_k)
         busiest_sm += ceil_div(tail * split_k, slots) * tile_seconds(split_blocks)
         # The last split stores nothing until it has read the others' fp32 tiles; the
@@ -113,7 +103,7 @@ def estimate_seconds(m: int, n: int, k: int, batches: int, sm_count: int, tile_m
         busiest_sm += split_k * tile_m * tile_n * 4 / model.sm_l2_bytes_per_s
     elif units % slots:
         busiest_sm += tile_seconds(k_blocks)
-    partial_bytes = partial_tiles * cluster * tile_m * tile_n * 4 * 2  # written, then read back
+    partial_bytes = (split_k - 1) * tail * cluster * tile_m * tile_n * 4 * 2  # written, then read back
     hbm = ((m * k + k * n) * 2 * batches + partial_bytes) / model.hbm_bytes_per_s
     return max(busiest_sm, hbm)
 
@@ -185,7 +175,7 @@ def _diverse(ranked, count: int) -> list[GemmConfig]:
         if shape in shapes:
             continue
         shapes.add(shape)
-        unsplit = dataclasses.replace(c, split_k=1, stream_k=False)
+        unsplit = dataclasses.replace(c, split_k=1)
         picked += [c] + ([unsplit] if unsplit != c and unsplit in configs else [])
     picked += [c for c in configs if c not in picked]
     return picked[:count]
@@ -211,14 +201,12 @@ def _swapped_candidates(m, n, k, sm_count, model):
 
 
 def _break_ties(ranked):
-    """Fastest first; ties (within 2 %) go to no split (stream-K counts as a split in
-    two), then to the wider tile (less workspace, fewer stores), then to the larger
-    cluster (less L2 traffic)."""
+    """Fastest first; ties (within 2 %) go to no split, then to the wider tile (less
+    workspace, fewer stores), then to the larger cluster (less L2 traffic)."""
     ranked.sort(key=lambda item: item[0])
     best = ranked[0][0]
     close = [item for item in ranked if item[0] <= best * 1.02]
-    close.sort(key=lambda item: (max(item[1].split_k, 2 * item[1].stream_k), -item[1].tile_n,
-                                 -item[1].cluster_size))
+    close.sort(key=lambda item: (item[1].split_k, -item[1].tile_n, -item[1].cluster_size))
     return close + [item for item in ranked if item[0] > best * 1.02]
 
 
@@ -246,15 +234,6 @@ def _candidates(m, n, k, batches, sm_count, tile_ms, tile_ns, swap_ab, model):
                     yield seconds, GemmConfig(tile_m=tile_m, tile_n=tile_n, tile_k=TILE_K, cluster_m=cluster_m,
                                               cluster_n=cluster_n, raster=Raster.ALONG_M, swizzle=1,
                                               split_k=split, swap_ab=swap_ab)
-                # Stream-K where a split tail would leave SMs idle, with runs long enough to
-                # fill a ring.
-                if (tail and units <= MAX_WAVES_TO_SPLIT * slots
-                        and tail * k_blocks >= slots * MIN_K_BLOCKS_PER_SPLIT):
-                    seconds = estimate_seconds(m, n, k, batches, sm_count, tile_m, tile_n, 1, model,
-                                               cluster_m, cluster_n, stream_k=True)
-                    yield seconds, GemmConfig(tile_m=tile_m, tile_n=tile_n, tile_k=TILE_K, cluster_m=cluster_m,
-                                              cluster_n=cluster_n, raster=Raster.ALONG_M, swizzle=1,
-                                              stream_k=True, swap_ab=swap_ab)
 
 
 def _clusters(tiles_m, tiles_n, swap_ab):
