@@ -66,6 +66,26 @@ def run(a, b, **kwargs):
     return wsgemm.gemm(a, b, **kwargs)
 
 
+def check_graph_replays(calls, inputs, outputs, verify, rounds=3):
+    """Capture ``calls()`` in a CUDA graph (after one eager run, so compiling and
+    loading happen outside the capture), then replay it ``rounds`` times, each on
+    fresh random contents of ``inputs`` into NaN-poisoned ``outputs``, and
+    ``verify()`` after each: a graph must read the tensors' current contents."""
+    calls()
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        calls()
+    for _ in range(rounds):
+        for t in inputs:
+            t.copy_(rand(*t.shape, dtype=t.dtype))
+        for t in outputs:
+            t.fill_(float("nan"))
+        graph.replay()
+        torch.cuda.synchronize()
+        verify()
+
+
 SHAPES = [
     (128, 256, 64),  # exactly one tile
     (256, 512, 1024),
@@ -206,21 +226,7 @@ def test_results_are_deterministic():
 def test_cuda_graph_capture_and_replay():
     a, b = rand(512, 768), rand(768, 384)
     out = torch.empty(512, 384, device="cuda", dtype=torch.bfloat16)
-    wsgemm.gemm(a, b, out=out)  # compile and load outside the capture
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        wsgemm.gemm(a, b, out=out)
-    out.fill_(float("nan"))
-    graph.replay()
-    torch.cuda.synchronize()
-    check(out, a, b)
-    a.copy_(rand(512, 768))
-    b.copy_(rand(768, 384))
-    out.fill_(float("nan"))
-    graph.replay()
-    torch.cuda.synchronize()
-    check(out, a, b)
+    check_graph_replays(lambda: wsgemm.gemm(a, b, out=out), [a, b], [out], lambda: check(out, a, b))
 
 
 def test_runs_on_the_current_stream():

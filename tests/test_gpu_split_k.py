@@ -12,7 +12,7 @@ import wsgemm
 from wsgemm import GemmConfig
 from wsgemm import workspace as ws
 
-from test_gpu_sm90 import check, rand, run
+from test_gpu_sm90 import check, check_graph_replays, rand, run
 
 pytestmark = pytest.mark.gpu
 
@@ -99,18 +99,8 @@ def test_split_k_under_cuda_graph_replay():
     config = GemmConfig(tile_m=64, tile_n=64, split_k=4)
     a, b = rand(16, 8192), rand(8192, 1024)
     out = torch.empty(16, 1024, device="cuda", dtype=torch.bfloat16)
-    wsgemm.gemm(a, b, out=out, config=config)
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        wsgemm.gemm(a, b, out=out, config=config)
-    for _ in range(3):
-        a.copy_(rand(16, 8192))
-        b.copy_(rand(8192, 1024))
-        out.fill_(float("nan"))
-        graph.replay()
-        torch.cuda.synchronize()
-        check(out, a, b)
+    check_graph_replays(lambda: wsgemm.gemm(a, b, out=out, config=config), [a, b], [out],
+                        lambda: check(out, a, b))
 
 
 def test_heuristic_splits_a_long_k_shape_and_is_correct():
