@@ -121,9 +121,10 @@ def test_autotune_candidates_cover_each_tile_shape_and_its_unsplit_variant():
 
 
 def test_the_model_never_offers_stream_k():
-    """Stream-K is opt-in (GemmConfig(stream_k=True)): on the H200 it measured slower
-    than the default configuration on most suite shapes (benchmarks/NOTES.md
-    section 16), so neither the default path nor the autotuner considers it."""
+    """The model's ranking and the autotuner's candidates leave stream-K out: on the
+    H200 it measured slower than the default configuration on most suite shapes
+    (benchmarks/NOTES.md section 16). Only the launch policy streams the last wave,
+    of long runs (test_planning.py)."""
     for m, n, k in ((1, 6144, 4096), (512, 4096, 4096), (512, 10240, 8192), (8192, 8192, 8192)):
         assert not any(c.stream_k for _, c in ranked_sm90_configs(m, n, k, 1, H200_SMS, True))
         assert not any(c.stream_k for c in candidates_to_time(m, n, k, 1, H200_SMS, True, 12))

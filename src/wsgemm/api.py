@@ -387,11 +387,11 @@ def _kernel_for(a, b, out, out_dtype, config, shape, dtype, batched, batches, gp
         measured = autotune.measured_config(key)
         config = measured if measured is not None and (can_swap or not measured.swap_ab) else \
             choose_config(arch, kernel_m, n, k, kernel_batches, sm_count, can_swap)
-    if chosen_here:
-        config = with_launch_policy(arch, config)
     if config.swap_ab and can_swap:
         mode, kernel_m, kernel_n = "swap", n, m
         a_major, b_major, d_major = _swapped_majors(a, b, out, shape, dtype)
+    if chosen_here:
+        config = with_launch_policy(arch, config, kernel_m, kernel_n, kernel_batches, sm_count)
     spec = cfg.make_spec(
         arch, TORCH_DTYPES[a.dtype], TORCH_DTYPES[dtype],
         _KERNEL_MAJOR["a", a_major], _KERNEL_MAJOR["b", b_major], _KERNEL_MAJOR["d", d_major],

@@ -253,22 +253,42 @@ def choose_config(arch: str, m: int, n: int, k: int, batches: int, sm_count: int
     return ranked_sm90_configs(m, n, k, batches, sm_count, can_swap)[0][1]
 
 
-def with_launch_policy(arch: str, config: GemmConfig) -> GemmConfig:
-    """Programmatic dependent launch (``GemmConfig.dependent_launch``) for a
-    configuration wsgemm chose (table, model or autotuner; a caller's config is
-    used as given).
+# Stream the last partial wave (``GemmConfig.stream_k``) from this many whole waves
+# up. Measured on an H200 (benchmarks/NOTES.md section 16): with 7.8-31 waves of
+# 128x256 tiles, 0.3-3.6 % faster (8192^3: 2.1 %); with 2-4 waves, where the
+# streamed wave is a quarter to a half of the run, up to 9 % slower.
+STREAM_K_MIN_WAVES = 6
 
-    On for unsplit tiles 64 rows tall and 64 to 128 wide: short, memory-bound
-    kernels whose CTAs end raggedly, where the next kernel's CTAs setting up on the
-    SMs this one leaves made each call 1-15 % faster (geometric mean 7.1 %, 9 rows)
-    in CUDA graphs of back-to-back calls on an H200. Off elsewhere: with it, split-K
-    configurations, 16-wide and 64x256 tiles and 128-row tiles ranged from 6 %
-    slower to 6 % faster (geometric mean 0.7 % slower). A single call after an
+
+def with_launch_policy(arch: str, config: GemmConfig, m: int, n: int, batches: int,
+                       sm_count: int) -> GemmConfig:
+    """How a configuration wsgemm chose (table, model or autotuner; a caller's config
+    is used as given) is launched on the kernel's own (``m``, ``n``, ``batches``)
+    problem: stream-K for the last wave of a long run, and programmatic dependent
+    launch (``GemmConfig.dependent_launch``).
+
+    **Stream-K** from ``STREAM_K_MIN_WAVES`` whole waves up, when the last wave is
+    partial: its tiles' k-blocks are dealt out over every SM instead of leaving the
+    SMs without a tile idle for a whole tile-time (kernels/common/stream_k.py).
+
+    **Dependent launch** for unsplit tiles 64 rows tall and 64 to 128 wide: short,
+    memory-bound kernels whose CTAs end raggedly, where the next kernel's CTAs setting
+    up on the SMs this one leaves made each call 1-15 % faster (geometric mean 7.1 %,
+    9 rows) in CUDA graphs of back-to-back calls on an H200. Off elsewhere: with it,
+    split-K configurations, 16-wide and 64x256 tiles and 128-row tiles ranged from
+    6 % slower to 6 % faster (geometric mean 0.7 % slower). A single call after an
     unrelated kernel changes within +-3 %. benchmarks/NOTES.md section 15.
     """
-    pays = (arch == "sm90" and not config.has_workspace and config.tile_m == 64
-            and 64 <= config.tile_n <= 128)
-    return dataclasses.replace(config, dependent_launch=True) if pays else config
+    if arch != "sm90":
+        return config
+    units = (ceil_div(ceil_div(m, config.tile_m), config.cluster_m)
+             * ceil_div(ceil_div(n, config.tile_n), config.cluster_n) * batches)
+    slots = max(1, sm_count // config.cluster_size)  # clusters resident at once, about
+    if config.split_k == 1 and units % slots and units // slots >= STREAM_K_MIN_WAVES:
+        config = dataclasses.replace(config, stream_k=True)
+    if not config.has_workspace and config.tile_m == 64 and 64 <= config.tile_n <= 128:
+        config = dataclasses.replace(config, dependent_launch=True)
+    return config
 
 
 def _choose_sm100(m: int, n: int, batches: int, sm_count: int) -> GemmConfig:
