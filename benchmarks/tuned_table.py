@@ -51,11 +51,18 @@ def merge(runs: list[dict]) -> dict:
     the runs that timed it, wins. Relative times because a disturbed run slows every
     candidate of a bucket alike (one run timed a whole bucket at twice what the next
     run found); averaged because two candidates within a few percent swap places
-    from run to run. A tie goes to the contender whose own run measured less."""
+    from run to run. A tie goes to the contender whose own run measured less.
+
+    Runs that timed a bucket with CUDA-graph replays (``"timing": "graph"``, the
+    autotuner's protocol for short kernels since session 7) outrank runs that timed
+    it with single calls: the suite times those buckets in graphs, and the two
+    protocols disagree there (benchmarks/NOTES.md sections 13 and 16)."""
     merged: dict = {}
     for key in dict.fromkeys(key for entries in runs for key in entries):
-        timings = [entries[key]["ms"] for entries in runs if key in entries]
-        contenders = [entries[key] for entries in runs if key in entries]
+        timed = [entries[key] for entries in runs if key in entries]
+        graphed = [entry for entry in timed if entry.get("timing") == "graph"]
+        contenders = graphed or timed
+        timings = [entry["ms"] for entry in contenders]
 
         def score(entry):
             name = min(entry["ms"], key=entry["ms"].get)

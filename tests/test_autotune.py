@@ -95,3 +95,41 @@ def test_candidates_are_checked_then_timed_in_turns_and_the_fastest_is_kept(cach
     entry = json.loads((cache_dir / "autotune.json").read_text())[key(2)]
     assert set(entry["ms"]) == {c.short() for c in (candidates[0], candidates[2])}
     assert "differs from the first candidate" in entry["rejected"][candidates[1].short()]
+    assert entry["timing"] == "events"  # 1-2 ms calls: single calls decide
+
+
+def test_short_kernels_are_ranked_by_graph_replays_of_what_the_launch_policy_runs(cache_dir, monkeypatch):
+    """Below GRAPH_BELOW_MS the single-call ranking is replaced by CUDA-graph replays
+    (stubbed here: they reverse the order), candidates run as ``launch`` makes them,
+    and the stored winner is the candidate itself."""
+    import torch
+
+    from wsgemm import api
+
+    seen = []
+
+    def gemm_eager(a, b, out, out_dtype, config):
+        seen.append(config)
+        return torch.ones(2, 2)
+
+    single = {"128x256": 0.010, "128x128": 0.015}  # ms: both short
+    monkeypatch.setattr(api, "gemm_eager", gemm_eager)
+    monkeypatch.setattr(autotune, "_time_candidates", lambda fns, flush: {
+        name: single[name.split("x64_")[0]] for name in fns})
+    graphed = {}
+
+    def time_graphs(calls, a, b, flush):
+        graphed.update(calls)
+        return {name: 0.030 - single[name.split("x64_")[0]] for name in calls}
+
+    monkeypatch.setattr(autotune, "_time_graphs", time_graphs)
+    monkeypatch.setattr(autotune, "_l2_flush_buffer", lambda device: torch.zeros(4))
+    candidates = [GemmConfig(tile_m=128, tile_n=256), GemmConfig(tile_m=128, tile_n=128)]
+    launch = lambda c: GemmConfig(**{**c.__dict__, "dependent_launch": True})  # noqa: E731
+    best = autotune.tuned_config(torch.ones(2, 2), torch.ones(2, 2), None, None, key=key(4),
+                                 candidates=candidates, progress=False, launch=launch)
+    assert best == GemmConfig(tile_m=128, tile_n=128)  # the graphs' winner, without the policy's change
+    assert set(graphed) == {c.short() for c in candidates}
+    assert seen and all(c.dependent_launch for c in seen)
+    entry = json.loads((cache_dir / "autotune.json").read_text())[key(4)]
+    assert entry["timing"] == "graph" and entry["config"]["dependent_launch"] is False

@@ -126,6 +126,10 @@ def test_merging_autotune_runs_averages_relative_times_of_the_runs_winners():
     assert (merged["x"]["config"], merged["y"]["config"]) == ("a", "d")
     third = {"x": {"config": "b", "ms": {"a": 0.0160, "b": 0.0150}}}
     assert tuned_table.merge([first, second, third])["x"]["config"] == "b"
+    # A run that timed x in CUDA graphs outranks both single-call runs.
+    graphed = {"x": {"config": "c", "ms": {"a": 0.0140, "c": 0.0130}, "timing": "graph"}}
+    assert tuned_table.merge([first, second, graphed])["x"]["config"] == "c"
+    assert tuned_table.merge([first, second, graphed])["y"]["config"] == "d"
 
 
 def test_the_default_path_launches_narrow_unsplit_tiles_as_dependents():

@@ -420,7 +420,12 @@ def _autotuned(a, b, out, out_dtype, gpu, arch, majors, m, n, k, batches, sm_cou
 
     key = _bucket_key(gpu, arch, a.dtype, dtype, majors, m, n, k, batches)
     candidates = candidates_to_time(m, n, k, batches, sm_count, can_swap, autotune.TOP_CANDIDATES)
-    return autotune.tuned_config(a, b, out, out_dtype, key=key, candidates=candidates)
+
+    def launch(config):  # as _kernel_for will launch the winner: with the launch policy
+        kernel_m, kernel_n = (n, m) if config.swap_ab else (m, n)
+        return with_launch_policy(arch, config, kernel_m, kernel_n, batches, sm_count)
+
+    return autotune.tuned_config(a, b, out, out_dtype, key=key, candidates=candidates, launch=launch)
 
 
 def _as_batched(t: torch.Tensor, batches: int) -> torch.Tensor:
