@@ -45,6 +45,18 @@ def render(entries: dict, source: str) -> str:
     return "\n".join(lines) + "\n"
 
 
+def covers_bucket(key: str, entry: dict) -> bool:
+    """Whether the bucket's winner serves every M of the bucket (``m<=B`` in the key):
+    a swapped kernel puts the tokens in its N tiles, and one 96-wide tile measured at
+    M = 96 became two mostly empty, unpaired tiles at M = 128, 2x slower
+    (benchmarks/NOTES.md section 16). Plain kernels tile M like any other dimension."""
+    config = entry["config"]
+    if not (isinstance(config, dict) and config.get("swap_ab")) or "|m<=" not in key:
+        return True
+    bound = int(key.split("|m<=")[1].split("|")[0])
+    return config["tile_n"] * config.get("cluster_n", 1) >= bound
+
+
 def merge(runs: list[dict]) -> dict:
     """One entry per shape bucket. Each run's winner of the bucket is a contender; the
     one with the best time relative to each run's fastest candidate, averaged over
@@ -56,12 +68,18 @@ def merge(runs: list[dict]) -> dict:
     Runs that timed a bucket with CUDA-graph replays (``"timing": "graph"``, the
     autotuner's protocol for short kernels since session 7) outrank runs that timed
     it with single calls: the suite times those buckets in graphs, and the two
-    protocols disagree there (benchmarks/NOTES.md sections 13 and 16)."""
+    protocols disagree there (benchmarks/NOTES.md sections 13 and 16).
+
+    A swapped winner whose N tiles cannot hold the bucket's largest M is left out
+    (:func:`covers_bucket`): a bucket is tuned at the first M the suite has in it.
+    """
     merged: dict = {}
     for key in dict.fromkeys(key for entries in runs for key in entries):
-        timed = [entries[key] for entries in runs if key in entries]
+        timed = [entries[key] for entries in runs if key in entries and covers_bucket(key, entries[key])]
         graphed = [entry for entry in timed if entry.get("timing") == "graph"]
         contenders = graphed or timed
+        if not contenders:  # no winner serves the whole bucket: the model decides there
+            continue
         timings = [entry["ms"] for entry in contenders]
 
         def score(entry):

@@ -128,3 +128,12 @@ def test_the_model_never_offers_stream_k():
     for m, n, k in ((1, 6144, 4096), (512, 4096, 4096), (512, 10240, 8192), (8192, 8192, 8192)):
         assert not any(c.stream_k for _, c in ranked_sm90_configs(m, n, k, 1, H200_SMS, True))
         assert not any(c.stream_k for c in candidates_to_time(m, n, k, 1, H200_SMS, True, 12))
+
+
+def test_autotune_swapped_candidates_hold_every_m_of_the_bucket():
+    """Tuned at M = 96, a bucket's winner also runs M = 128: a swapped candidate's N
+    tiles must hold 128 tokens (one 128-wide tile or a 1x2 pair of 64), not 96."""
+    swapped = [c for c in candidates_to_time(96, 4096, 4096, 1, H200_SMS, True, 12, tokens_up_to=128)
+               if c.swap_ab]
+    assert swapped and all(c.tile_n * c.cluster_n >= 128 for c in swapped)
+    assert any(c.tile_n == 96 for c in candidates_to_time(96, 4096, 4096, 1, H200_SMS, True, 12) if c.swap_ab)

@@ -104,7 +104,8 @@ def test_the_packaged_table_is_what_the_script_writes_from_the_committed_results
     sys.path.insert(0, str(root / "benchmarks"))
     import tuned_table
 
-    runs = ["benchmarks/results/autotune_h200_c.json", "benchmarks/results/autotune_h200_d.json"]
+    runs = ["benchmarks/results/autotune_h200_c.json", "benchmarks/results/autotune_h200_d.json",
+            "benchmarks/results/autotune_h200_e.json"]
     entries = tuned_table.merge([json.loads((root / run).read_text()) for run in runs])
     rendered = tuned_table.render(entries, ", ".join(runs))
     assert rendered == (root / "src" / "wsgemm" / "tuned_table.py").read_text()
@@ -126,6 +127,12 @@ def test_merging_autotune_runs_averages_relative_times_of_the_runs_winners():
     assert (merged["x"]["config"], merged["y"]["config"]) == ("a", "d")
     third = {"x": {"config": "b", "ms": {"a": 0.0160, "b": 0.0150}}}
     assert tuned_table.merge([first, second, third])["x"]["config"] == "b"
+    # A swapped winner too narrow for the bucket's largest M is no contender.
+    key = "H200|sm90|bf16->bf16|kkn|m<=128|n=4096|k=4096|l=1"
+    narrow = {key: {"config": {"swap_ab": True, "tile_n": 96}, "ms": {"s": 0.010, "p": 0.012}}}
+    plain = {key: {"config": {"tile_n": 64}, "ms": {"s": 0.011, "p": 0.010}}}
+    assert tuned_table.merge([narrow, plain])[key]["config"] == {"tile_n": 64}
+    assert tuned_table.merge([narrow]) == {}
     # A run that timed x in CUDA graphs outranks both single-call runs.
     graphed = {"x": {"config": "c", "ms": {"a": 0.0140, "c": 0.0130}, "timing": "graph"}}
     assert tuned_table.merge([first, second, graphed])["x"]["config"] == "c"

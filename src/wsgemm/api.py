@@ -419,7 +419,9 @@ def _autotuned(a, b, out, out_dtype, gpu, arch, majors, m, n, k, batches, sm_cou
     from .heuristics import candidates_to_time
 
     key = _bucket_key(gpu, arch, a.dtype, dtype, majors, m, n, k, batches)
-    candidates = candidates_to_time(m, n, k, batches, sm_count, can_swap, autotune.TOP_CANDIDATES)
+    # The winner serves the whole bucket: swapped tiles must hold its largest M.
+    candidates = candidates_to_time(m, n, k, batches, sm_count, can_swap, autotune.TOP_CANDIDATES,
+                                    tokens_up_to=autotune.bucket_bound(m))
 
     def launch(config):  # as _kernel_for will launch the winner: with the launch policy
         kernel_m, kernel_n = (n, m) if config.swap_ab else (m, n)

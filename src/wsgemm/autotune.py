@@ -58,10 +58,14 @@ def cache_path():
     return compile_mod.disk_cache_dir() / "autotune.json"
 
 
+def bucket_bound(m: int) -> int:
+    """The largest M of ``m``'s shape bucket: the next power of two."""
+    return 1 << max(0, (m - 1).bit_length())
+
+
 def bucket_key(gpu: str, arch: str, ab_dtype: str, out_dtype: str, majors: tuple, m: int, n: int, k: int,
                batches: int) -> str:
-    m_bucket = 1 << max(0, (m - 1).bit_length())
-    return f"{gpu}|{arch}|{ab_dtype}->{out_dtype}|{''.join(majors)}|m<={m_bucket}|n={n}|k={k}|l={batches}"
+    return f"{gpu}|{arch}|{ab_dtype}->{out_dtype}|{''.join(majors)}|m<={bucket_bound(m)}|n={n}|k={k}|l={batches}"
 
 
 def _load() -> dict:

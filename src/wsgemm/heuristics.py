@@ -148,16 +148,20 @@ def ranked_sm90_configs(m: int, n: int, k: int, batches: int, sm_count: int, can
 
 
 def candidates_to_time(m: int, n: int, k: int, batches: int, sm_count: int, can_swap: bool, count: int,
-                       model: ThroughputModel = H200) -> list[GemmConfig]:
+                       model: ThroughputModel = H200, tokens_up_to: int | None = None) -> list[GemmConfig]:
     """What ``config="autotune"`` times: ``count`` of the model's candidates; for decode
     shapes that can swap A and B, half of each kind, because the model's choice
     between them is its least reliable (the model keeps 8B QKV at M = 1 unswapped;
     measured at M <= 8, swapped ran 18.6 us against 21.8 us; benchmarks/NOTES.md
-    section 10). Within a kind, :func:`_diverse` spreads the picks over tile shapes."""
+    section 10). Within a kind, :func:`_diverse` spreads the picks over tile shapes.
+
+    ``tokens_up_to``: the largest M the winner will serve (the autotuner's bucket
+    bound); swapped candidates' N tiles hold that many tokens, not just ``m``.
+    """
     plain = _plain_candidates(m, n, k, batches, sm_count, model)
     if not (can_swap and batches == 1 and m <= SWAP_AB_MAX_M):
         return _diverse(plain, count)
-    swapped = _swapped_candidates(m, n, k, sm_count, model)
+    swapped = _swapped_candidates(max(m, min(tokens_up_to or m, SWAP_AB_MAX_M)), n, k, sm_count, model)
     half = min(count // 2, len(swapped))
     return _diverse(plain, count - half) + _diverse(swapped, half)
 
