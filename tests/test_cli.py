@@ -22,3 +22,12 @@ def test_a_rejected_config_is_a_one_line_error(tmp_path, capsys):
     assert "Traceback" not in err and len(err.strip().splitlines()) == 1
     assert main(["inspect", "--arch", "sm_90a", "--tile", "128x512x64", "--out", str(tmp_path)]) == 2
     assert "tile_n=512 is not supported" in capsys.readouterr().err
+
+
+def test_inspect_reports_a_stream_k_kernel_and_its_fix_up(tmp_path, capsys):
+    assert main(["inspect", "--arch", "sm_90a", "--tile", "128x128x64", "--stream-k", "--out", str(tmp_path)]) == 0
+    report = capsys.readouterr().out
+    assert "_streamk" in report and "last wave streamed (stream-K)" in report
+    assert "red.release.gpu x1" in report
+    assert main(["inspect", "--arch", "sm_90a", "--stream-k", "--split-k", "2", "--out", str(tmp_path)]) == 2
+    assert "the last wave is either split or streamed" in capsys.readouterr().err

@@ -26,6 +26,7 @@ KEY_INSTRUCTIONS = {
     "mbarrier.try_wait": "mbarrier probe / wait loop",
     "mbarrier.arrive": "mbarrier arrival",
     "setmaxnreg": "warpgroup register reallocation",
+    "red.release.gpu": "a partial sum published (split-K / stream-K fix-up)",
     "stmatrix": "registers -> shared memory (epilogue)",
     "elect.sync": "one-lane election",
     "griddepcontrol": "programmatic dependent launch (wait / launch_dependents)",
