@@ -157,7 +157,7 @@ def test_the_default_path_launches_narrow_unsplit_tiles_as_dependents():
 
 def test_the_launch_policy_is_sm90_only():
     narrow = GemmConfig(tile_m=64, tile_n=64)
-    decode = (128, 4096, 1, 132)  # 64 tiles of 64x64: less than a wave
+    decode = (128, 4096, 4096, 1, 132)  # 64 tiles of 64x64: less than a wave
     assert with_launch_policy("sm90", narrow, *decode).dependent_launch
     assert not with_launch_policy("sm100", narrow, *decode).dependent_launch
     for other in (GemmConfig(tile_m=64, tile_n=256), GemmConfig(tile_m=64, tile_n=16),
@@ -170,12 +170,14 @@ def test_the_launch_policy_streams_the_last_wave_of_long_runs_only():
     128x256 tiles paired by 2x1 clusters: 512 units on 66 clusters, 7 waves and 50
     left over); never with fewer waves, a full last wave, a split config or on sm100."""
     pair = GemmConfig(tile_m=128, tile_n=256, cluster_m=2)
-    streamed = with_launch_policy("sm90", pair, 8192, 8192, 1, 132)
+    streamed = with_launch_policy("sm90", pair, 8192, 8192, 8192, 1, 132)
     assert streamed.stream_k and not streamed.dependent_launch
-    assert not with_launch_policy("sm90", pair, 2048, 4096, 1, 132).stream_k  # 128 units: 1 wave + 62
-    assert not with_launch_policy("sm90", pair, 128 * 2 * 66, 256 * 6, 1, 132).stream_k  # 6 full waves
-    assert not with_launch_policy("sm90", GemmConfig(split_k=2), 8192, 8192, 1, 132).stream_k
-    assert not with_launch_policy("sm100", pair, 8192, 8192, 1, 132).stream_k
+    assert not with_launch_policy("sm90", pair, 2048, 4096, 4096, 1, 132).stream_k  # 128 units: 1 wave + 62
+    assert not with_launch_policy("sm90", pair, 128 * 2 * 66, 256 * 6, 4096, 1, 132).stream_k  # 6 full waves
+    # K too long for the kernel's 32-bit stream-K arithmetic: left whole, not an error.
+    assert not with_launch_policy("sm90", pair, 8192, 8192, 2**26, 1, 132).stream_k
+    assert not with_launch_policy("sm90", GemmConfig(split_k=2), 8192, 8192, 8192, 1, 132).stream_k
+    assert not with_launch_policy("sm100", pair, 8192, 8192, 8192, 1, 132).stream_k
     x, w = meta(8192, 8192), meta(8192, 8192)
     _, spec, _ = plan(x, w.t(), gpu="NVIDIA H200")
     assert spec.config.stream_k and spec.config.tile_n == 256

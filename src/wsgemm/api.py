@@ -391,7 +391,7 @@ def _kernel_for(a, b, out, out_dtype, config, shape, dtype, batched, batches, gp
         mode, kernel_m, kernel_n = "swap", n, m
         a_major, b_major, d_major = _swapped_majors(a, b, out, shape, dtype)
     if chosen_here:
-        config = with_launch_policy(arch, config, kernel_m, kernel_n, kernel_batches, sm_count)
+        config = with_launch_policy(arch, config, kernel_m, kernel_n, k, kernel_batches, sm_count)
     spec = cfg.make_spec(
         arch, TORCH_DTYPES[a.dtype], TORCH_DTYPES[dtype],
         _KERNEL_MAJOR["a", a_major], _KERNEL_MAJOR["b", b_major], _KERNEL_MAJOR["d", d_major],
@@ -425,7 +425,7 @@ def _autotuned(a, b, out, out_dtype, gpu, arch, majors, m, n, k, batches, sm_cou
 
     def launch(config):  # as _kernel_for will launch the winner: with the launch policy
         kernel_m, kernel_n = (n, m) if config.swap_ab else (m, n)
-        return with_launch_policy(arch, config, kernel_m, kernel_n, batches, sm_count)
+        return with_launch_policy(arch, config, kernel_m, kernel_n, k, batches, sm_count)
 
     return autotune.tuned_config(a, b, out, out_dtype, key=key, candidates=candidates, launch=launch)
 

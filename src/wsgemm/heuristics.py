@@ -19,6 +19,7 @@ import functools
 from dataclasses import dataclass
 
 from .config import DEFAULT_MAX_STAGES, GemmConfig, Raster
+from .kernels.common import stream_k
 from .kernels.common.scheduler import ceil_div
 
 TILE_K = 64
@@ -264,16 +265,17 @@ def choose_config(arch: str, m: int, n: int, k: int, batches: int, sm_count: int
 STREAM_K_MIN_WAVES = 6
 
 
-def with_launch_policy(arch: str, config: GemmConfig, m: int, n: int, batches: int,
+def with_launch_policy(arch: str, config: GemmConfig, m: int, n: int, k: int, batches: int,
                        sm_count: int) -> GemmConfig:
     """How a configuration wsgemm chose (table, model or autotuner; a caller's config
-    is used as given) is launched on the kernel's own (``m``, ``n``, ``batches``)
-    problem: stream-K for the last wave of a long run, and programmatic dependent
-    launch (``GemmConfig.dependent_launch``).
+    is used as given) is launched on the kernel's own (``m``, ``n``, ``k``,
+    ``batches``) problem: stream-K for the last wave of a long run, and programmatic
+    dependent launch (``GemmConfig.dependent_launch``).
 
     **Stream-K** from ``STREAM_K_MIN_WAVES`` whole waves up, when the last wave is
     partial: its tiles' k-blocks are dealt out over every SM instead of leaving the
-    SMs without a tile idle for a whole tile-time (kernels/common/stream_k.py).
+    SMs without a tile idle for a whole tile-time (kernels/common/stream_k.py); not
+    where K is too long for the kernel's 32-bit stream-K arithmetic.
 
     **Dependent launch** for unsplit tiles 64 rows tall and 64 to 128 wide: short,
     memory-bound kernels whose CTAs end raggedly, where the next kernel's CTAs setting
@@ -288,7 +290,8 @@ def with_launch_policy(arch: str, config: GemmConfig, m: int, n: int, batches: i
     units = (ceil_div(ceil_div(m, config.tile_m), config.cluster_m)
              * ceil_div(ceil_div(n, config.tile_n), config.cluster_n) * batches)
     slots = max(1, sm_count // config.cluster_size)  # clusters resident at once, about
-    if config.split_k == 1 and units % slots and units // slots >= STREAM_K_MIN_WAVES:
+    if (config.split_k == 1 and units % slots and units // slots >= STREAM_K_MIN_WAVES
+            and stream_k.fits_int32(units, slots, ceil_div(k, config.tile_k))):
         config = dataclasses.replace(config, stream_k=True)
     if not config.has_workspace and config.tile_m == 64 and 64 <= config.tile_n <= 128:
         config = dataclasses.replace(config, dependent_launch=True)

@@ -9,7 +9,8 @@ either major mode), so no operand is copied.
 ``wsgemm.gemm`` calls the kernel directly in eager mode without autograd; with an
 input that requires grad it runs :class:`EagerGemm`, the same formula as a plain
 ``torch.autograd.Function``, through its C++ apply (:func:`gemm_with_autograd`); only
-while ``torch.compile`` traces does it go through the operator. The operator's dispatch costs more than the product of a small GEMM:
+while ``torch.compile`` traces does it go through the operator. The operator's
+dispatch costs more than the product of a small GEMM:
 custom_op runs Python at the autograd and the backend dispatch keys and checks the
 output for aliasing on every call (measured on a CPU: ~18 us per call with an input
 that requires grad, against ~4 us for ``autograd.Function.apply``).
@@ -92,15 +93,18 @@ class EagerGemm(torch.autograd.Function):
 
 
 # ``autograd.Function.apply`` is a Python classmethod that, before the C++ apply that
-# records the graph node, binds arguments and walks them for dead functorch wrappers
-# (~1.6 us of the ~4.7 us it adds per call on the development CPU). Outside functorch
-# transforms (vmap, grad, ...) nothing it does applies to our three arguments, so the
-# eager path calls the C++ apply directly; under a transform it keeps the full path.
+# records the graph node, checks for a setup_context, then walks its arguments
+# generically to unwrap tensors left over from finished functorch transforms (~1.6 us
+# of the ~4.7 us it adds per call on the development CPU). Outside functorch
+# transforms (vmap, grad, ...) the eager path does the same for its two tensors and
+# calls the C++ apply directly; under a transform it keeps the full path.
 _record_eager_gemm = torch._C._FunctionBase.__dict__["apply"].__get__(None, EagerGemm)
+_unwrap_if_dead = torch._C._functorch.unwrap_if_dead
 
 
 def gemm_with_autograd(a, b, out_dtype):
-    """``a @ b`` recorded for autograd, outside ``torch.compile``."""
+    """``a @ b`` recorded for autograd, outside ``torch.compile`` (``a`` and ``b`` are
+    tensors: ``wsgemm.gemm`` read their ``requires_grad``)."""
     if torch._C._are_functorch_transforms_active():
         return EagerGemm.apply(a, b, out_dtype)
-    return _record_eager_gemm(a, b, out_dtype)
+    return _record_eager_gemm(_unwrap_if_dead(a), _unwrap_if_dead(b), out_dtype)
