@@ -99,12 +99,12 @@ class EagerGemm(torch.autograd.Function):
 # transforms (vmap, grad, ...) the eager path does the same for its two tensors and
 # calls the C++ apply directly; under a transform it keeps the full path.
 _record_eager_gemm = torch._C._FunctionBase.__dict__["apply"].__get__(None, EagerGemm)
-_unwrap_if_dead = torch._C._functorch.unwrap_if_dead
+_unwrap_if_dead = getattr(torch._C._functorch, "unwrap_if_dead", None)  # private: checked once
 
 
 def gemm_with_autograd(a, b, out_dtype):
     """``a @ b`` recorded for autograd, outside ``torch.compile`` (``a`` and ``b`` are
     tensors: ``wsgemm.gemm`` read their ``requires_grad``)."""
-    if torch._C._are_functorch_transforms_active():
+    if _unwrap_if_dead is None or torch._C._are_functorch_transforms_active():
         return EagerGemm.apply(a, b, out_dtype)
     return _record_eager_gemm(_unwrap_if_dead(a), _unwrap_if_dead(b), out_dtype)
