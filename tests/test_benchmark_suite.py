@@ -242,6 +242,7 @@ def test_arguments(suite):
     # Ablations run only when named.
     assert "wsgemm-nopdl" not in suite.parse_args([]).impls
     assert suite.parse_args(["--impls", "wsgemm,wsgemm-nopdl,wsgemm-pdl"]).impls.count("pdl") == 2
+    assert suite.parse_args(["--impls", "wsgemm,wsgemm-streamk,wsgemm-nostreamk"]).impls.count("streamk") == 2
 
 
 def test_ablations_use_the_default_config_with_one_change(suite, monkeypatch):
@@ -260,6 +261,11 @@ def test_ablations_use_the_default_config_with_one_change(suite, monkeypatch):
     gemm(a, b)
     assert len(plans) == 1  # planned once per shape and layout
     assert calls == [GemmConfig(tile_m=64, tile_n=64, stages=13, swap_ab=True, dependent_launch=False)] * 2
+    # Stream-K forced on replaces a split with the streamed tail.
+    chosen = GemmConfig(tile_m=128, tile_n=16, split_k=4)
+    calls.clear()
+    suite.default_config_with(split_k=1, stream_k=True)(a, b)
+    assert calls == [GemmConfig(tile_m=128, tile_n=16, stream_k=True, swap_ab=True)]
 
 
 # ------------------------------------------------------------------- config sweeps
