@@ -27,18 +27,25 @@ import wsgemm  # noqa: E402
 import wsgemm.ops  # noqa: E402
 
 
-def per_call_us(fn, calls: int, repeats: int) -> dict:
-    for _ in range(50):
-        fn()
-    torch.cuda.synchronize()
-    samples = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        for _ in range(calls):
+def per_call_us(impls: dict, calls: int, repeats: int) -> dict:
+    """{name: median/min/max host microseconds per call}. The implementations take
+    turns loop by loop, so a disturbance of the host (these are shared machines: one
+    run's medians moved 2x for every call timed during a few seconds) hits them alike
+    instead of whichever happened to be timed then."""
+    for fn in impls.values():
+        for _ in range(50):
             fn()
-        samples.append((time.perf_counter() - start) / calls * 1e6)
-        torch.cuda.synchronize()
-    return {"median_us": statistics.median(samples), "min_us": min(samples), "max_us": max(samples)}
+    torch.cuda.synchronize()
+    samples = {name: [] for name in impls}
+    for _ in range(repeats):
+        for name, fn in impls.items():
+            start = time.perf_counter()
+            for _ in range(calls):
+                fn()
+            samples[name].append((time.perf_counter() - start) / calls * 1e6)
+            torch.cuda.synchronize()
+    return {name: {"median_us": statistics.median(v), "min_us": min(v), "max_us": max(v)}
+            for name, v in samples.items()}
 
 
 def main(argv=None) -> int:
@@ -77,11 +84,12 @@ def main(argv=None) -> int:
             "parts: TVM-FFI kernel call alone": lambda: plan.kernel(a, wt, out, plan.clusters),
             "parts: gemm_eager(out=), no dispatch checks": lambda: wsgemm.api.gemm_eager(a, wt, out),
         })
-        rows[f"{m}x{n}x{k}"] = {name: per_call_us(fn, args.calls, args.repeats) for name, fn in impls.items()}
+        rows[f"{m}x{n}x{k}"] = per_call_us(impls, args.calls, args.repeats)
     report = {"environment": environment(), "calls": args.calls, "repeats": args.repeats, "rows": rows}
     lines = ["# Host time per call (tiny GEMMs, bf16)", "",
              f"{report['environment']['gpu']}, torch {report['environment']['torch']}; median of {args.repeats} "
-             f"loops of {args.calls} back-to-back calls, one synchronize per loop; microseconds per call.", "",
+             f"loops of {args.calls} back-to-back calls, one synchronize per loop, the calls of a shape taking "
+             "turns loop by loop; microseconds per call.", "",
              "| shape | call | median us | min | max |", "|---|---|---|---|---|"]
     for shape, impls in rows.items():
         for name, r in impls.items():

@@ -372,3 +372,17 @@ def test_trace_points_emit_code_only_in_the_tracing_build(timeline, tmp_path):
     timeline.compile_traced(spec, dump_dir=str(tmp_path))
     (ptx,) = [p.read_text() for p in tmp_path.rglob("*.ptx")]
     assert ptx.count("%globaltimer_lo") >= 6  # entry, barriers, k-block, mainloop, tile stored, exit
+
+
+def test_host_overhead_loops_take_turns(monkeypatch):
+    """bench_overhead.per_call_us: after a warm-up, the implementations alternate loop
+    by loop (a host disturbance then hits all of them), one synchronize per loop."""
+    overhead = load_torch_script(monkeypatch, "bench_overhead")
+    order, syncs = [], []
+    monkeypatch.setattr(overhead.torch.cuda, "synchronize", lambda: syncs.append(len(order)))
+    impls = {"x": lambda: order.append("x"), "y": lambda: order.append("y")}
+    result = overhead.per_call_us(impls, calls=3, repeats=2)
+    timed = order[100:]  # 50 warm-up calls each
+    assert timed == ["x"] * 3 + ["y"] * 3 + ["x"] * 3 + ["y"] * 3
+    assert syncs == [100, 103, 106, 109, 112]
+    assert set(result) == {"x", "y"} and all(r["min_us"] <= r["median_us"] <= r["max_us"] for r in result.values())
