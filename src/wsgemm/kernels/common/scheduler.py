@@ -7,8 +7,14 @@ work items ``c, c + clusters, c + 2 * clusters, ...``; a work item is one cluste
 worth of output tiles. Every role of a CTA (producer, MMA, epilogue) walks the same
 sequence independently, so the roles never exchange tile coordinates.
 
-:func:`cluster_coord_of_work` is plain integer arithmetic: it runs on Python ints
-(tests, the CPU model, the host) and on DSL ``Int32`` values in the kernels.
+On SM90 the last, partial wave may be split (``split_k``) or streamed (``stream_k``);
+a cluster's walk is then a sequence of *pieces*, each one K range of a tile, which
+:func:`piece_of_step` gives step by step in one form for both schedules (the kernel
+runs one loop for all three).
+
+:func:`cluster_coord_of_work` and :func:`piece_of_step` are plain integer arithmetic:
+they run on Python ints (tests, the CPU model, the host) and on DSL ``Int32`` values
+in the kernels.
 """
 
 from __future__ import annotations
