@@ -43,7 +43,7 @@ import wsgemm  # noqa: E402  (bench_gemm put src/ on the path)
 TOLERANCE = {"bf16": 1e-2, "fp16": 2e-3}  # relative Frobenius error vs fp32, as bench_gemm.py
 FLUSH_BYTES = 512 * 1024 * 1024  # as bench_gemm.py: several times the 50-60 MB L2 of an H100/H200
 IMPLEMENTATIONS = ("wsgemm", "wsgemm-autotune", "torch.matmul", "triton", "quack")
-# Run only when named in --impls: wsgemm with one feature switched off, for side-by-side ablations.
+# Run only when named in --impls: wsgemm with one feature switched on or off, for side-by-side ablations.
 ABLATIONS = ("wsgemm-pdl", "wsgemm-nopdl", "wsgemm-streamk", "wsgemm-nostreamk")
 PEAK_SIZE = 8192  # the "measured peak": cuBLAS on a bf16 cube large enough to saturate the GPU
 
