@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import inspect
 import json
-import math
 import shlex
 import sys
 import time
@@ -69,11 +68,8 @@ def datasheet_peak(gpu_name: str) -> tuple[str | None, float | None]:
     return None, None
 
 
-def graph_input_copies(operand_bytes: int, l2_bytes: int, calls: int) -> int:
-    """Input copies to rotate through in a graph of ``calls`` back-to-back GEMMs, so
-    that each call reads operands that the previous ones pushed out of L2 (twice the
-    L2 size between reuses), as in a model where each layer has its own weights."""
-    return max(1, min(calls, math.ceil(2 * l2_bytes / operand_bytes)))
+# Input copies a graph of back-to-back calls rotates through: the autotuner's rule.
+graph_input_copies = wsgemm.autotune.graph_operand_copies
 
 
 def make_operands(problem: shapes.Problem, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:

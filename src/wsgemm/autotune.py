@@ -155,15 +155,22 @@ def time_in_turns(fns: dict, rounds: int, before_each) -> dict[str, list[float]]
     return {name: [start.elapsed_time(end) for start, end in pairs] for name, pairs in events.items()}
 
 
+def graph_operand_copies(operand_bytes: int, l2_bytes: int, calls: int) -> int:
+    """Operand copies to rotate through in a graph of ``calls`` back-to-back GEMMs, so
+    that each call reads operands that the previous ones pushed out of L2 (twice the
+    L2 size between reuses), as in a model where each layer has its own weights. Also
+    the benchmark suite's (benchmarks/suite.py)."""
+    return max(1, min(calls, -(-2 * l2_bytes // operand_bytes)))
+
+
 def _time_graphs(calls: dict, a: torch.Tensor, b: torch.Tensor, flush: torch.Tensor) -> dict[str, float]:
     """Median milliseconds per call of each candidate ``calls[name](a, b)`` in CUDA-graph
     replays of GRAPH_CALLS back-to-back calls, the candidates' replays taking turns,
     each after an L2 flush. The calls rotate over copies of the operands, enough that
-    the weights come from HBM and not from the previous call's L2 lines (the suite's
-    ``graph_input_copies``)."""
+    the weights come from HBM and not from the previous call's L2 lines."""
     l2_bytes = torch.cuda.get_device_properties(a.device).L2_cache_size
     per_copy = a.numel() * a.element_size() + b.numel() * b.element_size()
-    copies = max(1, min(GRAPH_CALLS, -(-2 * l2_bytes // per_copy)))
+    copies = graph_operand_copies(per_copy, l2_bytes, GRAPH_CALLS)
     operands = [(a, b)] + [(a.clone(), b.clone()) for _ in range(copies - 1)]  # clone keeps strides
     replays = {}
     for name, call in calls.items():

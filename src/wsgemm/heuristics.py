@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 from .config import DEFAULT_MAX_STAGES, GemmConfig, Raster
 from .kernels.common import stream_k
-from .kernels.common.scheduler import ceil_div
+from .kernels.common.scheduler import TileGrid, ceil_div
 
 TILE_K = 64
 EPILOGUE_SMEM_BYTES = 16 * 1024  # two epilogue buffers, roughly
@@ -287,8 +287,7 @@ def with_launch_policy(arch: str, config: GemmConfig, m: int, n: int, k: int, ba
     """
     if arch != "sm90":
         return config
-    units = (ceil_div(ceil_div(m, config.tile_m), config.cluster_m)
-             * ceil_div(ceil_div(n, config.tile_n), config.cluster_n) * batches)
+    units = TileGrid.for_problem(m, n, batches, config).units
     slots = max(1, sm_count // config.cluster_size)  # clusters resident at once, about
     if (config.split_k == 1 and units % slots and units // slots >= STREAM_K_MIN_WAVES
             and stream_k.fits_int32(units, slots, ceil_div(k, config.tile_k))):

@@ -154,8 +154,8 @@ class TileGrid:
     def split_tiles(self, clusters: int) -> int:
         """CTA tiles whose K range is split (or streamed) on a grid of ``clusters``:
         what the workspace's flags are sized by."""
-        splits = 2 if self.stream_k else self.split_k  # any split: the tail is units % clusters
-        return split_k.tail_units(self.units, clusters, splits) * self.cluster_m * self.cluster_n
+        tail = self.units % clusters if self.split_k > 1 or self.stream_k else 0
+        return tail * self.cluster_m * self.cluster_n
 
     def workspace_elems(self, clusters: int, tile_m: int, tile_n: int) -> tuple[int, int]:
         """(int32 flags, fp32 partial-sum elements) of a launch on ``clusters``;
