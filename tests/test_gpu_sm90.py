@@ -124,6 +124,22 @@ def test_operand_majors(a_major, b_major, m, n, k, dtype):
     check(run(a, b), a, b)
 
 
+# Tile widths that are not a power of two or 64 multiple (they exist to fit the waves,
+# e.g. 10240 = 64 x 160): their shared-memory rows of an N-major B are not a whole
+# number of 128-byte swizzle atoms, and their epilogue walks 5 or 7 subtiles.
+@pytest.mark.parametrize("tile_n", [160, 224])
+@pytest.mark.parametrize("a_major, b_major", MAJOR_CASES, ids=[f"a{x}-b{y}" for x, y in MAJOR_CASES])
+@pytest.mark.parametrize("d_major", ["row", "col"])
+def test_wave_fitting_tile_widths(tile_n, a_major, b_major, d_major):
+    m, n, k = 300, 3 * tile_n + 40, 520  # ragged in every dimension
+    a = layout(rand(m, k), a_major)
+    b = layout(rand(k, n), b_major)
+    out = layout(torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16), d_major)
+    config = GemmConfig(tile_m=128, tile_n=tile_n, cluster_m=2)
+    wsgemm.gemm(a, b, out=out, config=config)
+    check(out, a, b)
+
+
 def test_weight_transpose_is_read_without_copy(monkeypatch):
     import wsgemm.operands as operands
 
@@ -200,6 +216,8 @@ CONFIGS = [
     GemmConfig(tile_m=64, tile_n=128),
     GemmConfig(tile_m=128, tile_n=128, stages=2, epi_stages=1),
     GemmConfig(tile_m=128, tile_n=192),
+    GemmConfig(tile_m=128, tile_n=160, cluster_m=2),
+    GemmConfig(tile_m=64, tile_n=224, stream_k=True),
     GemmConfig(raster="along_n", swizzle=4),
     GemmConfig(raster="along_m", swizzle=8, cluster_m=2),
     # Multicast to four CTAs, 96-wide tiles, and a ring as deep as shared memory allows.
