@@ -1,5 +1,8 @@
+import dataclasses
+
 from wsgemm import config as cfg
-from wsgemm.heuristics import candidates_to_time, choose_config, estimate_seconds, ranked_sm90_configs
+from wsgemm.heuristics import (BAND_CLUSTERS, candidates_to_time, choose_config, estimate_seconds,
+                               ranked_sm90_configs)
 
 H200_SMS = 132
 
@@ -37,13 +40,14 @@ def test_whole_waves_and_many_waves_are_not_split():
 
 
 def test_the_tiles_of_a_last_partial_wave_are_split():
-    # 512x10240 in 128x256 tiles: 160 tiles, one wave of 132 and a tail of 28; splitting
-    # the tail 4 ways turns a second full tile-time into a quarter of one.
-    c = choose_config("sm90", 512, 10240, 8192, 1, H200_SMS)
-    tiles = (512 // c.tile_m) * (10240 // c.tile_n + (10240 % c.tile_n > 0))
+    # 1024x10240 in 128x256 tiles paired 2x1: 160 clusters, two waves of 66 and a tail
+    # of 28; splitting the tail 2 ways turns a third full tile-time into half of one.
+    c = choose_config("sm90", 1024, 10240, 8192, 1, H200_SMS)
+    tiles = (1024 // c.tile_m) * (10240 // c.tile_n + (10240 % c.tile_n > 0))
     assert c.split_k > 1 and tiles > H200_SMS
-    split_seconds = estimate_seconds(512, 10240, 8192, 1, H200_SMS, c.tile_m, c.tile_n, c.split_k)
-    assert split_seconds < 0.9 * estimate_seconds(512, 10240, 8192, 1, H200_SMS, c.tile_m, c.tile_n)
+    args = (1024, 10240, 8192, 1, H200_SMS, c.tile_m, c.tile_n)
+    split_seconds = estimate_seconds(*args, c.split_k, cluster_m=c.cluster_m)
+    assert split_seconds < 0.9 * estimate_seconds(*args, cluster_m=c.cluster_m)
 
 
 def test_short_k_is_not_split():
@@ -73,10 +77,33 @@ def test_autotune_times_both_swapped_and_plain_kernels_for_decode_shapes():
     assert len(candidates) == len(set(candidates)) == 8
     assert 3 <= sum(c.swap_ab for c in candidates) <= 4  # half, or every swapped candidate there is
     assert candidates[0] == choose_config("sm90", 1, 6144, 4096, 1, H200_SMS, can_swap=True)
-    # Without the option, or for large M, it is simply the model's best eight.
+    # Without the option, or for large M, only unswapped ones, the model's choice first.
     assert not any(c.swap_ab for c in candidates_to_time(1, 6144, 4096, 1, H200_SMS, False, 8))
-    ranked = [c for _, c in ranked_sm90_configs(4096, 4096, 4096, 1, H200_SMS, True)[:8]]
-    assert candidates_to_time(4096, 4096, 4096, 1, H200_SMS, True, 8) == ranked
+    large = candidates_to_time(1024, 2048, 4096, 1, H200_SMS, True, 8)
+    assert not any(c.swap_ab for c in large) and large[0] == choose_config("sm90", 1024, 2048, 4096, 1, H200_SMS, True)
+
+
+def test_long_runs_also_try_the_models_choice_in_raster_bands():
+    """A long walk along M re-reads A from HBM once per wave; bands keep it in L2.
+    Measured, not modelled (NOTES section 17): the autotuner's last candidate is the
+    model's first choice walking in bands, where the grid is long enough for it."""
+    ranked = [c for _, c in ranked_sm90_configs(8192, 6144, 4096, 1, H200_SMS, True)]
+    candidates = candidates_to_time(8192, 6144, 4096, 1, H200_SMS, True, 8)
+    assert len(candidates) == len(set(candidates)) == 8
+    assert candidates[:7] == ranked[:7]
+    assert candidates[-1] == dataclasses.replace(ranked[0], swizzle=BAND_CLUSTERS)
+    # Two M tiles, or less than two waves: the order of the walk hardly matters.
+    for m, n in ((512, 28672), (2048, 8192)):
+        assert all(c.swizzle == 1 for c in candidates_to_time(m, n, 4096, 1, H200_SMS, True, 12))
+
+
+def test_tile_widths_that_fit_the_waves():
+    """10240 = 64 x 160 and 28672 = 128 x 224: at M = 512 these fill 1.94 and 3.88
+    waves of 66 clusters where 128x256 fills 1.21 and 3.39 (measured on an H200:
+    0.67x -> 0.98x and 0.87x -> 0.96x of cuBLAS; NOTES section 17)."""
+    assert choose_config("sm90", 512, 10240, 8192, 1, H200_SMS).tile_n == 160
+    assert choose_config("sm90", 512, 28672, 4096, 1, H200_SMS).tile_n == 224
+    assert choose_config("sm90", 8192, 8192, 8192, 1, H200_SMS).tile_n == 256
 
 
 def test_m_tiles_sharing_a_weight_tile_are_paired_by_a_multicast_cluster():

@@ -60,9 +60,12 @@ H200 = ThroughputModel()
 # Fraction of the SM's MMA peak a persistent tile sustains (first order: wider tiles
 # amortise the per-k-block synchronisation and the epilogue; 128-row tiles run two
 # consumer warpgroups). 128x256: 790/989 measured for cuBLAS-class 8192^3.
+# 160- and 224-wide tiles exist to fit the waves (10240 = 64 x 160, 28672 = 128 x 224);
+# measured per-SM on full waves (NOTES section 17): 128x160 ~0.76, 128x224 ~0.77.
 MMA_EFFICIENCY = {
-    (128, 256): 0.80, (128, 192): 0.78, (128, 128): 0.72, (128, 64): 0.55,
-    (128, 96): 0.65, (64, 256): 0.62, (64, 192): 0.60, (64, 128): 0.55, (64, 96): 0.50, (64, 64): 0.45,
+    (128, 256): 0.80, (128, 224): 0.79, (128, 192): 0.78, (128, 160): 0.76, (128, 128): 0.72, (128, 64): 0.55,
+    (128, 96): 0.65, (64, 256): 0.62, (64, 224): 0.61, (64, 192): 0.60, (64, 160): 0.57, (64, 128): 0.55,
+    (64, 96): 0.50, (64, 64): 0.45,
     # Narrow N (swap_ab for decode): bound by the weights' bytes, not the MMA; rough.
     (128, 32): 0.40, (128, 16): 0.30, (64, 32): 0.35, (64, 16): 0.25,
 }
@@ -71,6 +74,7 @@ SPLITS = (1, 2, 3, 4, 6, 8)
 # at M = 96 and 128 on 6144-wide weights: 0.85x -> 1.0x of cuBLAS; NOTES section 13).
 SWAP_AB_MAX_M = 128
 SWAP_TILE_N = (16, 32, 64, 96, 128)
+PLAIN_TILE_N = (256, 224, 192, 160, 128, 96, 64)
 SWAP_AB_MIN_GAIN = 0.95  # modelled time of the best swap / the best without
 # A split needs enough k-blocks to fill its ring and amortise the fix-up.
 MIN_K_BLOCKS_PER_SPLIT = 4
@@ -161,10 +165,31 @@ def candidates_to_time(m: int, n: int, k: int, batches: int, sm_count: int, can_
     """
     plain = _plain_candidates(m, n, k, batches, sm_count, model)
     if not (can_swap and batches == 1 and m <= SWAP_AB_MAX_M):
-        return _diverse(plain, count)
+        banded = _banded_variant(plain[0][1], m, n, batches, sm_count)
+        return _diverse(plain, count - 1) + [banded] if banded else _diverse(plain, count)
     swapped = _swapped_candidates(max(m, min(tokens_up_to or m, SWAP_AB_MAX_M)), n, k, sm_count, model)
     half = min(count // 2, len(swapped))
     return _diverse(plain, count - half) + _diverse(swapped, half)
+
+
+# Raster band width (``GemmConfig.swizzle``) the autotuner also tries for long runs.
+# Walking all of M before moving along N re-reads A from HBM once per wave when a
+# column of tiles holds more of A than L2 keeps; bands of 8 cluster columns keep a
+# wave's A and B rows in L2. Measured on an H200 (NOTES section 17): 8192x6144x4096
+# 3 % faster; 8192x28672x4096 within 1 %; 8192^3 within the noise (section 1). Not
+# modelled, so offered to the autotuner rather than chosen by the model.
+BAND_CLUSTERS = 8
+
+
+def _banded_variant(config: GemmConfig, m: int, n: int, batches: int, sm_count: int) -> GemmConfig | None:
+    """``config`` walking the output in bands of ``BAND_CLUSTERS`` cluster columns,
+    where its tile grid is long enough along M for the order to matter: at least two
+    waves, and columns of more than a band's worth of cluster rows."""
+    grid = TileGrid.for_problem(m, n, batches, config)
+    slots = max(1, sm_count // config.cluster_size)
+    if config.raster != Raster.ALONG_M or grid.clusters_m <= BAND_CLUSTERS or grid.units < 2 * slots:
+        return None
+    return dataclasses.replace(config, swizzle=BAND_CLUSTERS)
 
 
 def _diverse(ranked, count: int) -> list[GemmConfig]:
@@ -190,8 +215,7 @@ def _plain_candidates(m, n, k, batches, sm_count, model):
     # 64-row tiles up to M = 256: at M = 128 two of them (paired by a cluster that
     # multicasts the weight) keep twice the SMs streaming as one 128-row tile.
     tile_ms = (64,) if m <= 64 else (64, 128) if m <= 256 else (128,)
-    return _break_ties(list(_candidates(m, n, k, batches, sm_count, tile_ms, (256, 192, 128, 96, 64), False,
-                                        model)))
+    return _break_ties(list(_candidates(m, n, k, batches, sm_count, tile_ms, PLAIN_TILE_N, False, model)))
 
 
 def _swapped_candidates(m, n, k, sm_count, model):
