@@ -21,6 +21,7 @@ Each decoder layer runs four projection GEMMs: QKV (q, k, v fused: N = (heads +
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 LAYOUTS = {
@@ -146,12 +147,14 @@ SUITES: dict[str, list[Problem]] = {
 
 
 def select(suites: list[str], label_filter: str | None = None) -> list[Problem]:
-    """Problems of the named suites, in order, keeping labels that contain
-    ``label_filter`` (case-insensitive)."""
+    """Problems of the named suites, in order, keeping labels in which the regular
+    expression ``label_filter`` matches (case-insensitive; a plain word matches labels
+    that contain it)."""
     unknown = [s for s in suites if s not in SUITES]
     if unknown:
         raise KeyError(f"unknown suite(s) {unknown}; choose from {sorted(SUITES)}")
     problems = [p for s in suites for p in SUITES[s]]
     if label_filter:
-        problems = [p for p in problems if label_filter.lower() in p.label.lower()]
+        pattern = re.compile(label_filter, re.IGNORECASE)
+        problems = [p for p in problems if pattern.search(p.label)]
     return problems

@@ -314,7 +314,7 @@ def parse_args(argv):
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--suite", action="append", choices=sorted(shapes.SUITES),
                    help="suite to run (repeat for several); default: quick")
-    p.add_argument("--filter", default=None, help="keep problems whose label contains this (case-insensitive)")
+    p.add_argument("--filter", default=None, help="keep problems whose label matches this regular expression (case-insensitive)")
     p.add_argument("--dtype", default="bf16", choices=sorted(DTYPES))
     p.add_argument("--impls", default=",".join(IMPLEMENTATIONS),
                    help="comma-separated implementations to run (torch.matmul is every ratio's reference); "

@@ -30,7 +30,7 @@ import wsgemm  # noqa: E402
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--suite", action="append", choices=sorted(shapes.SUITES), required=True)
-    p.add_argument("--filter", default=None, help="only problems whose label contains this")
+    p.add_argument("--filter", default=None, help="only problems whose label matches this regular expression")
     p.add_argument("--save", type=Path, required=True, help="where to copy the autotune file")
     args = p.parse_args(argv)
     problems = shapes.select(args.suite, args.filter)

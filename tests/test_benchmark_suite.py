@@ -73,6 +73,10 @@ def test_select_concatenates_suites_and_filters_labels():
     assert len(both) == len(shapes.SUITES["square"]) + len(shapes.SUITES["shortk"])
     downs = shapes.select(["llm"], "70B DOWN")
     assert downs and all("llama3-70b down" in p.label for p in downs)
+    # A regular expression: the prefill rows of the LLM suite and two squares.
+    picked = shapes.select(["llm", "square"], r"M=(512|16384)$|square/(4096|8192)\^")
+    assert {p.label.split(" M=")[-1] for p in picked if p.label.startswith("llm/")} == {"512", "16384"}
+    assert sorted(p.label for p in picked if p.label.startswith("square/")) == ["square/4096^3", "square/8192^3"]
     with pytest.raises(KeyError, match="nope"):
         shapes.select(["nope"])
 
