@@ -60,8 +60,9 @@ H200 = ThroughputModel()
 # Fraction of the SM's MMA peak a persistent tile sustains (first order: wider tiles
 # amortise the per-k-block synchronisation and the epilogue; 128-row tiles run two
 # consumer warpgroups). 128x256: 790/989 measured for cuBLAS-class 8192^3.
-# 160- and 224-wide tiles exist to fit the waves (10240 = 64 x 160, 28672 = 128 x 224);
-# measured per-SM on full waves (NOTES section 17): 128x160 ~0.76, 128x224 ~0.77.
+# 160- and 224-wide tiles exist to fit the waves (10240 = 64 x 160, 28672 = 128 x 224).
+# Measured on an H200 (NOTES section 17): 128x160 ran at ~0.76 of peak per filled SM at
+# M = 512 (start-up costs included), 128x224 as fast as 128x256 at 8192^3.
 MMA_EFFICIENCY = {
     (128, 256): 0.80, (128, 224): 0.79, (128, 192): 0.78, (128, 160): 0.76, (128, 128): 0.72, (128, 64): 0.55,
     (128, 96): 0.65, (64, 256): 0.62, (64, 224): 0.61, (64, 192): 0.60, (64, 160): 0.57, (64, 128): 0.55,
