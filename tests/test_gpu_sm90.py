@@ -124,9 +124,9 @@ def test_operand_majors(a_major, b_major, m, n, k, dtype):
     check(run(a, b), a, b)
 
 
-# Tile widths that are not a power of two or 64 multiple (they exist to fit the waves,
-# e.g. 10240 = 64 x 160): their shared-memory rows of an N-major B are not a whole
-# number of 128-byte swizzle atoms, and their epilogue walks 5 or 7 subtiles.
+# Tile widths that are not multiples of 64 (they exist to fit the waves, e.g.
+# 10240 = 64 x 160): their shared-memory rows of an N-major B are not a whole number
+# of 128-byte swizzle atoms, and their epilogue walks 5 or 7 subtiles.
 @pytest.mark.parametrize("tile_n", [160, 224])
 @pytest.mark.parametrize("a_major, b_major", MAJOR_CASES, ids=[f"a{x}-b{y}" for x, y in MAJOR_CASES])
 @pytest.mark.parametrize("d_major", ["row", "col"])

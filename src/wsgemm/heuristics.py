@@ -160,6 +160,8 @@ def candidates_to_time(m: int, n: int, k: int, batches: int, sm_count: int, can_
     between them is its least reliable (the model keeps 8B QKV at M = 1 unswapped;
     measured at M <= 8, swapped ran 18.6 us against 21.8 us; benchmarks/NOTES.md
     section 10). Within a kind, :func:`_diverse` spreads the picks over tile shapes.
+    For long runs that are not swapped, the last candidate is the model's first
+    choice walking in raster bands (:func:`_banded_variant`).
 
     ``tokens_up_to``: the largest M the winner will serve (the autotuner's bucket
     bound); swapped candidates' N tiles hold that many tokens, not just ``m``.
@@ -176,9 +178,10 @@ def candidates_to_time(m: int, n: int, k: int, batches: int, sm_count: int, can_
 # Raster band width (``GemmConfig.swizzle``) the autotuner also tries for long runs.
 # Walking all of M before moving along N re-reads A from HBM once per wave when a
 # column of tiles holds more of A than L2 keeps; bands of 8 cluster columns keep a
-# wave's A and B rows in L2. Measured on an H200 (NOTES section 17): 8192x6144x4096
-# 3 % faster; 8192x28672x4096 within 1 %; 8192^3 within the noise (section 1). Not
-# modelled, so offered to the autotuner rather than chosen by the model.
+# wave's A and B rows in L2. Measured on an H200 (NOTES section 17): 1-4 % faster in
+# 12 of 23 LLM and square buckets (K = 4096 mostly), within 0.5 % in 8, and 6-13 %
+# slower in 3 with long K at M = 16384, where a band's rows no longer fit L2. That
+# depends on K and on what L2 keeps, so the autotuner tries it and the model does not.
 BAND_CLUSTERS = 8
 
 
