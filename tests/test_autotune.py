@@ -22,6 +22,10 @@ def key(m, n=4096, k=4096):
 def test_m_is_bucketed_to_the_next_power_of_two_n_and_k_are_exact():
     assert key(33) == key(64) != key(65)
     assert key(1) != key(2) and key(3) == key(4)
+    # 96 tokens fill a swapped kernel's 96-wide N tile; 97 need a wider one.
+    assert key(65) == key(96) != key(97) == key(128) != key(129)
+    assert [autotune.bucket_bound(m) for m in (1, 3, 64, 65, 96, 97, 128, 129, 512)] == [1, 4, 64, 96, 96, 128, 128,
+                                                                                          256, 512]
     assert key(64, n=4096) != key(64, n=4097)
     assert key(64, k=4096) != key(64, k=4160)
     assert "m<=64|n=4096|k=4096" in key(50)

@@ -9,7 +9,7 @@ times single calls after an L2 flush with CUDA events (for short kernels, CUDA-g
 replays of back-to-back calls, as the benchmark suite times them), and stores the
 winner in a JSON file keyed by
 
-    (GPU name, arch, dtypes, operand majors, M rounded up to a power of two, N, K, batches)
+    (GPU name, arch, dtypes, operand majors, M rounded up to a bucket bound, N, K, batches)
 
 so a later process (or a later call with a nearby M: decode batch sizes vary while a
 model's N and K do not) starts from the answer. The file lives next to the compiled
@@ -58,8 +58,18 @@ def cache_path():
     return compile_mod.disk_cache_dir() / "autotune.json"
 
 
+# Bucket bounds are powers of two, and 96: a swapped kernel holds the tokens in its N
+# tiles, and 96 tokens fill a 96-wide tile that 128 would overflow into a second,
+# mostly empty one. One bucket for M = 65-128 had to pick between them: at M = 96 a
+# swapped 64x96 tile ran 11-16 % faster than the 64-wide tiles the bucket kept for
+# M = 128 (benchmarks/NOTES.md section 17).
+SWAP_BUCKET_BOUND = 96
+
+
 def bucket_bound(m: int) -> int:
-    """The largest M of ``m``'s shape bucket: the next power of two."""
+    """The largest M of ``m``'s shape bucket: the next power of two, or 96 for M = 65-96."""
+    if 64 < m <= SWAP_BUCKET_BOUND:
+        return SWAP_BUCKET_BOUND
     return 1 << max(0, (m - 1).bit_length())
 
 
