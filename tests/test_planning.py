@@ -107,7 +107,7 @@ def test_the_packaged_table_is_what_the_script_writes_from_the_committed_results
     packaged = (root / "src" / "wsgemm" / "tuned_table.py").read_text()
     # The table names its sources; each must be a committed autotune file.
     runs = packaged.split("Source: ", 1)[1].split(", by benchmarks/tuned_table.py", 1)[0].split(", ")
-    assert runs[-1] == "benchmarks/results/autotune_h200_f.json" and all((root / run).is_file() for run in runs)
+    assert runs[-1] == "benchmarks/results/autotune_h200_g.json" and all((root / run).is_file() for run in runs)
     entries = tuned_table.merge([json.loads((root / run).read_text()) for run in runs])
     assert tuned_table.render(entries, ", ".join(runs)) == packaged
 

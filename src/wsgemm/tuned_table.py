@@ -1,15 +1,15 @@
 """Measured best configurations per autotune shape bucket (generated; do not edit).
 
-Source: benchmarks/results/autotune_h200_c.json, benchmarks/results/autotune_h200_d.json, benchmarks/results/autotune_h200_e.json, benchmarks/results/autotune_h200_f.json, by benchmarks/tuned_table.py. Keys are
+Source: benchmarks/results/autotune_h200_c.json, benchmarks/results/autotune_h200_d.json, benchmarks/results/autotune_h200_e.json, benchmarks/results/autotune_h200_f.json, benchmarks/results/autotune_h200_g.json, by benchmarks/tuned_table.py. Keys are
 ``wsgemm.autotune.bucket_key`` strings; values the non-default GemmConfig fields.
 """
 
 MEASURED = {
-    'NVIDIA H200|sm90|bf16->bf16|kkn|m<=128|n=10240|k=8192|l=1': {'cluster_m': 2, 'tile_m': 64, 'tile_n': 192},
-    'NVIDIA H200|sm90|bf16->bf16|kkn|m<=128|n=28672|k=4096|l=1': {'swap_ab': True, 'tile_n': 128},
+    'NVIDIA H200|sm90|bf16->bf16|kkn|m<=128|n=10240|k=8192|l=1': {'cluster_m': 2, 'tile_m': 64, 'tile_n': 160},
+    'NVIDIA H200|sm90|bf16->bf16|kkn|m<=128|n=28672|k=4096|l=1': {'cluster_m': 2, 'tile_m': 64, 'tile_n': 224},
     'NVIDIA H200|sm90|bf16->bf16|kkn|m<=128|n=4096|k=14336|l=1': {'cluster_m': 2, 'split_k': 2, 'tile_m': 64, 'tile_n': 128},
     'NVIDIA H200|sm90|bf16->bf16|kkn|m<=128|n=4096|k=4096|l=1': {'tile_m': 64, 'tile_n': 64},
-    'NVIDIA H200|sm90|bf16->bf16|kkn|m<=128|n=57344|k=8192|l=1': {'split_k': 2, 'swap_ab': True, 'tile_n': 128},
+    'NVIDIA H200|sm90|bf16->bf16|kkn|m<=128|n=57344|k=8192|l=1': {'cluster_m': 2, 'tile_m': 64, 'tile_n': 224},
     'NVIDIA H200|sm90|bf16->bf16|kkn|m<=128|n=6144|k=4096|l=1': {'cluster_m': 2, 'tile_m': 64, 'tile_n': 96},
     'NVIDIA H200|sm90|bf16->bf16|kkn|m<=128|n=8192|k=28672|l=1': {'split_k': 2, 'swap_ab': True, 'tile_n': 128},
     'NVIDIA H200|sm90|bf16->bf16|kkn|m<=128|n=8192|k=8192|l=1': {'cluster_n': 2, 'swap_ab': True, 'tile_n': 64},
@@ -89,6 +89,10 @@ MEASURED = {
     'NVIDIA H200|sm90|bf16->bf16|kkn|m<=8|n=6144|k=4096|l=1': {'split_k': 2, 'swap_ab': True, 'tile_n': 16},
     'NVIDIA H200|sm90|bf16->bf16|kkn|m<=8|n=8192|k=28672|l=1': {'split_k': 2, 'swap_ab': True, 'tile_n': 16},
     'NVIDIA H200|sm90|bf16->bf16|kkn|m<=8|n=8192|k=8192|l=1': {'split_k': 2, 'swap_ab': True, 'tile_n': 16},
+    'NVIDIA H200|sm90|bf16->bf16|kkn|m<=96|n=28672|k=4096|l=1': {'swap_ab': True, 'tile_n': 96},
+    'NVIDIA H200|sm90|bf16->bf16|kkn|m<=96|n=4096|k=14336|l=1': {'split_k': 2, 'swap_ab': True, 'tile_m': 64, 'tile_n': 96},
+    'NVIDIA H200|sm90|bf16->bf16|kkn|m<=96|n=4096|k=4096|l=1': {'split_k': 2, 'swap_ab': True, 'tile_m': 64, 'tile_n': 96},
+    'NVIDIA H200|sm90|bf16->bf16|kkn|m<=96|n=6144|k=4096|l=1': {'swap_ab': True, 'tile_m': 64, 'tile_n': 96},
     'NVIDIA H200|sm90|bf16->bf16|knn|m<=16384|n=16384|k=16384|l=1': {},
     'NVIDIA H200|sm90|bf16->bf16|knn|m<=4096|n=4096|k=4096|l=1': {'cluster_m': 2, 'swizzle': 8},
     'NVIDIA H200|sm90|bf16->bf16|knn|m<=8192|n=8192|k=8192|l=1': {'cluster_m': 2, 'swizzle': 8},
