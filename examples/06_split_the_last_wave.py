@@ -4,11 +4,12 @@ Teaches: why a persistent GEMM with a few waves of output tiles wastes SMs on it
 last, partial wave, and how splitting the K range of just those tiles
 (``GemmConfig(split_k=S)``) gives the idle SMs work; then stream-K
 (``GemmConfig(stream_k=True)``), which deals the last wave's k-blocks out evenly
-instead. The schedules printed are the ones the kernel runs: ``TileGrid.cta_work``
-and ``TileGrid.cta_pieces`` walk the same ``split_k`` / ``stream_k`` arithmetic the
-producer and consumer warps execute on the GPU; the times are the throughput model
-of wsgemm/heuristics.py, and the measured numbers come from benchmarks/NOTES.md
-sections 10 and 16.
+instead; and last, the answer that needs neither: a tile width that cuts the
+problem into whole waves. The schedules printed are the ones the kernel runs:
+``TileGrid.cta_work`` and ``TileGrid.cta_pieces`` walk the same ``split_k`` /
+``stream_k`` arithmetic the producer and consumer warps execute on the GPU; the
+times are the throughput model of wsgemm/heuristics.py, and the measured numbers
+come from benchmarks/NOTES.md sections 10, 16 and 17.
 
 Needs: any machine (pure Python, no GPU).
 Run:   python examples/06_split_the_last_wave.py
@@ -16,6 +17,7 @@ Run:   python examples/06_split_the_last_wave.py
 
 from collections import Counter
 
+from wsgemm import GemmConfig
 from wsgemm.heuristics import estimate_seconds
 from wsgemm.kernels.common.scheduler import TileGrid, ceil_div
 
@@ -77,3 +79,16 @@ print("Balanced on paper. Measured on an H200 (NOTES section 16): for this shape
 print("default tile, 1 % slower than split-K; where the streamed wave is a quarter to a half")
 print("of the run, up to 9 % slower than leaving it whole. The default path streams the last")
 print("wave only from six whole waves up (8192^3: 1.006x -> 1.027x of cuBLAS in one run).")
+
+# Neither: a tile width whose tiles fill whole waves. Clusters of two CTAs pair the
+# M tiles (they share, by multicast, the weight tile); 66 such pairs fit at once.
+print("\nOr pick a tile width that fills the waves (pairs of M tiles, 66 pairs at a time):")
+for tile_n in (256, 224, 192, 160, 128):
+    pairs = TileGrid.for_problem(M, N, 1, GemmConfig(tile_n=tile_n, cluster_m=2)).units
+    waves = pairs / (SMS // 2)
+    model_us = estimate_seconds(M, N, K, 1, SMS, TILE_M, tile_n, cluster_m=2) * 1e6
+    print(f"  128x{tile_n}: {pairs:3d} pairs = {waves:.2f} waves, the last {waves % 1 or 1:.0%} full; "
+          f"model {model_us:.0f} us")
+print("10240 = 64 x 160: 160-wide tiles make 1.94 waves with no split and no fix-up. Measured")
+print("on an H200 (NOTES section 17): 0.98x of cuBLAS against 0.67x for 128x256 unsplit and")
+print("0.86x for the split-4 kernel the table used before; it is this shape's default now.")

@@ -52,6 +52,8 @@ def test_dtypes_and_majors_compile(ab, out, majors):
         GemmConfig(tile_m=64, tile_n=256),
         GemmConfig(tile_m=128, tile_n=128),
         GemmConfig(tile_m=128, tile_n=192),
+        GemmConfig(tile_m=128, tile_n=160, cluster_m=2),
+        GemmConfig(tile_m=64, tile_n=224),
         GemmConfig(cluster_m=2),
         GemmConfig(cluster_n=2),
         GemmConfig(cluster_m=2, cluster_n=2),
