@@ -134,6 +134,9 @@ def test_merging_autotune_runs_averages_relative_times_of_the_runs_winners():
     plain = {key: {"config": {"tile_n": 64}, "ms": {"s": 0.011, "p": 0.010}}}
     assert tuned_table.merge([narrow, plain])[key]["config"] == {"tile_n": 64}
     assert tuned_table.merge([narrow]) == {}
+    # The same tile serves the M = 65-96 bucket, which holds no more than 96 tokens.
+    key96 = key.replace("m<=128", "m<=96")
+    assert tuned_table.merge([{key96: narrow[key]}, {key96: plain[key]}])[key96]["config"]["swap_ab"]
     # A run that timed x in CUDA graphs outranks both single-call runs.
     graphed = {"x": {"config": "c", "ms": {"a": 0.0140, "c": 0.0130}, "timing": "graph"}}
     assert tuned_table.merge([first, second, graphed])["x"]["config"] == "c"
@@ -184,3 +187,14 @@ def test_the_launch_policy_streams_the_last_wave_of_long_runs_only():
     assert spec.config.stream_k and spec.config.tile_n == 256
     _, given, _ = plan(x, w.t(), GemmConfig(tile_m=128, tile_n=256, cluster_m=2), gpu="NVIDIA H200")
     assert not given.config.stream_k
+
+
+def test_m_65_to_96_is_planned_from_its_own_table_bucket():
+    """96 tokens fill one swapped 96-wide tile; 128 would need a second, mostly empty
+    one. The packaged table has winners for both buckets (NOTES section 17)."""
+    w = meta(4096, 4096)  # Llama-3 8B o-proj
+    mode96, spec96, problem96 = plan(meta(96, 4096), w.t(), gpu="NVIDIA H200")
+    assert mode96 == "swap" and problem96 == (4096, 96, 1) and spec96.config.tile_n == 96
+    mode128, spec128, _ = plan(meta(128, 4096), w.t(), gpu="NVIDIA H200")
+    assert mode128 == "direct" and spec128.config.tile_n == 64
+    assert autotune.bucket_bound(96) == 96 and autotune.bucket_bound(97) == 128
