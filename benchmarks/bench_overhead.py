@@ -80,6 +80,7 @@ def main(argv=None) -> int:
         impls.update({
             "parts: w.t() alone": lambda: w.t(),
             "parts: torch.empty(result) alone": lambda: torch.empty(m, n, device="cuda", dtype=torch.bfloat16),
+            "parts: a.new_empty(result) alone": lambda: a.new_empty(m, n),
             "parts: plan signature + lookup": lambda: wsgemm.api._plans.get(wsgemm.api._signature(a, wt, out, None, None)),
             "parts: TVM-FFI kernel call alone": lambda: plan.kernel(a, wt, out, plan.clusters),
             "parts: gemm_eager(out=), no dispatch checks": lambda: wsgemm.api.gemm_eager(a, wt, out),
