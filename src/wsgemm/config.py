@@ -383,6 +383,15 @@ def _check_common(config: GemmConfig) -> None:
                           "streamed; pass split_k=1 with stream_k")
 
 
+# (GemmConfig field, what it turns on, the value that turns it off): SM90 kernel features
+# the SM100 kernel does not implement.
+SM90_ONLY_FEATURES = (
+    ("split_k", "split-K", 1),
+    ("dependent_launch", "programmatic dependent launch", False),
+    ("stream_k", "stream-K", False),
+)
+
+
 def _check_sm100(config: GemmConfig) -> None:
     _check_choice("tile_m", config.tile_m, SM100_TILE_M)
     _check_choice("tile_n", config.tile_n, SM100_TILE_N)
@@ -393,19 +402,11 @@ def _check_sm100(config: GemmConfig) -> None:
         )
     if not 1 <= config.acc_stages <= 4:
         raise ConfigError(f"acc_stages={config.acc_stages} must be between 1 and 4")
-    if config.split_k != 1:
-        raise ConfigError(
-            f"split_k={config.split_k}: split-K is implemented in the sm90 kernel only; "
-            "the sm100 kernel takes split_k=1"
-        )
-    if config.dependent_launch:
-        raise ConfigError(
-            "dependent_launch=True: programmatic dependent launch is implemented in the sm90 kernel "
-            "only; the sm100 kernel takes dependent_launch=False"
-        )
-    if config.stream_k:
-        raise ConfigError("stream_k=True: stream-K is implemented in the sm90 kernel only; "
-                          "the sm100 kernel takes stream_k=False")
+    for field, feature, off in SM90_ONLY_FEATURES:
+        value = getattr(config, field)
+        if value != off:
+            raise ConfigError(f"{field}={value!r}: {feature} is implemented in the sm90 kernel only; "
+                              f"the sm100 kernel takes {field}={off!r}")
 
 
 def _check_sm90(config: GemmConfig) -> None:

@@ -83,6 +83,13 @@ MIN_K_BLOCKS_PER_SPLIT = 4
 MAX_WAVES_TO_SPLIT = 4
 
 
+def resident_clusters(sm_count: int, cluster_size: int) -> int:
+    """Clusters of ``cluster_size`` CTAs the model assumes resident at once: one CTA per
+    SM. About: a cluster sits in one GPC, so the driver may fit fewer (30, not 33, of
+    4 on an H200; ``wsgemm.api.max_active_clusters`` asks it)."""
+    return max(1, sm_count // cluster_size)
+
+
 def estimate_seconds(m: int, n: int, k: int, batches: int, sm_count: int, tile_m: int, tile_n: int,
                      split_k: int = 1, model: ThroughputModel = H200, cluster_m: int = 1,
                      cluster_n: int = 1) -> float:
@@ -95,7 +102,7 @@ def estimate_seconds(m: int, n: int, k: int, batches: int, sm_count: int, tile_m
     """
     cluster = cluster_m * cluster_n
     units = ceil_div(ceil_div(m, tile_m), cluster_m) * ceil_div(ceil_div(n, tile_n), cluster_n) * batches
-    slots = max(1, sm_count // cluster)  # clusters resident at once (GPCs may fit fewer)
+    slots = resident_clusters(sm_count, cluster)
     tail = units % slots if split_k > 1 else 0
     k_blocks = ceil_div(k, TILE_K)
     tile_seconds = functools.partial(_tile_seconds, m, n, tile_m=tile_m, tile_n=tile_n, model=model,
@@ -190,7 +197,7 @@ def _banded_variant(config: GemmConfig, m: int, n: int, batches: int, sm_count: 
     where its tile grid is long enough along M for the order to matter: at least two
     waves, and columns of more than a band's worth of cluster rows."""
     grid = TileGrid.for_problem(m, n, batches, config)
-    slots = max(1, sm_count // config.cluster_size)
+    slots = resident_clusters(sm_count, config.cluster_size)
     if config.raster != Raster.ALONG_M or grid.clusters_m <= BAND_CLUSTERS or grid.units < 2 * slots:
         return None
     return dataclasses.replace(config, swizzle=BAND_CLUSTERS)
@@ -251,7 +258,7 @@ def _candidates(m, n, k, batches, sm_count, tile_ms, tile_ns, swap_ab, model):
             tiles_m, tiles_n = ceil_div(m, tile_m), ceil_div(n, tile_n)
             for cluster_m, cluster_n in _clusters(tiles_m, tiles_n, swap_ab):
                 units = ceil_div(tiles_m, cluster_m) * ceil_div(tiles_n, cluster_n) * batches
-                slots = sm_count // (cluster_m * cluster_n)
+                slots = resident_clusters(sm_count, cluster_m * cluster_n)
                 tail = units % slots  # the last partial wave: all of them below one wave
                 for split in SPLITS:
                     # Split only to fill idle SMs, within one wave: past it, every extra
@@ -316,7 +323,7 @@ def with_launch_policy(arch: str, config: GemmConfig, m: int, n: int, k: int, ba
     if arch != "sm90":
         return config
     units = TileGrid.for_problem(m, n, batches, config).units
-    slots = max(1, sm_count // config.cluster_size)  # clusters resident at once, about
+    slots = resident_clusters(sm_count, config.cluster_size)
     if (config.split_k == 1 and units % slots and units // slots >= STREAM_K_MIN_WAVES
             and stream_k.fits_int32(units, slots, ceil_div(k, config.tile_k))):
         config = dataclasses.replace(config, stream_k=True)
