@@ -1,8 +1,10 @@
 import dataclasses
 
 from wsgemm import config as cfg
-from wsgemm.heuristics import (BAND_CLUSTERS, candidates_to_time, choose_config, estimate_seconds,
-                               ranked_sm90_configs)
+import pytest
+
+from wsgemm.heuristics import (BAND_CLUSTERS, SPARE_EPILOGUE_BUFFERS, candidates_to_time, choose_config,
+                               estimate_seconds, ranked_sm90_configs, with_spare_epilogue_buffers)
 
 H200_SMS = 132
 
@@ -164,3 +166,35 @@ def test_autotune_swapped_candidates_hold_every_m_of_the_bucket():
                if c.swap_ab]
     assert swapped and all(c.tile_n * c.cluster_n >= 128 for c in swapped)
     assert any(c.tile_n == 96 for c in candidates_to_time(96, 4096, 4096, 1, H200_SMS, True, 12) if c.swap_ab)
+
+
+def _resolved(config, out_dtype):
+    return cfg.make_spec("sm90", "bf16", out_dtype, "k", "k", "n", config).config
+
+
+@pytest.mark.parametrize("out_dtype", ["bf16", "fp16", "fp32"])
+def test_spare_epilogue_buffers_never_cost_a_ring_stage(out_dtype):
+    """Every SM90 tile: the chosen config gets the extra epilogue buffers only where
+    shared memory holds them beside the ring it already had, and then builds."""
+    for tile_m in cfg.SM90_TILE_M:
+        for tile_n in cfg.SM90_TILE_N:
+            given = cfg.GemmConfig(tile_m=tile_m, tile_n=tile_n)
+            chosen = with_spare_epilogue_buffers("sm90", given, "bf16", out_dtype)
+            assert chosen.stages in (None, _resolved(given, out_dtype).stages)
+            if chosen.epi_stages == SPARE_EPILOGUE_BUFFERS:
+                assert _resolved(chosen, out_dtype).stages == _resolved(given, out_dtype).stages
+            else:
+                assert chosen == given
+                bigger = dataclasses.replace(given, stages=_resolved(given, out_dtype).stages,
+                                             epi_stages=SPARE_EPILOGUE_BUFFERS)
+                with pytest.raises(cfg.ConfigError, match="shared memory"):
+                    _resolved(bigger, out_dtype)
+
+
+def test_spare_epilogue_buffers_where_measured_and_only_on_sm90():
+    # 128x256, bf16 out: 4 stages of 48 KB leave room for 4 buffers of 8 KB.
+    wide = with_spare_epilogue_buffers("sm90", cfg.GemmConfig(), "bf16", "bf16")
+    assert (wide.stages, wide.epi_stages) == (4, 4)
+    # 128x192: 5 stages of 40 KB leave room for 2 buffers only (NOTES section 18: 6 % slower with 4).
+    assert with_spare_epilogue_buffers("sm90", cfg.GemmConfig(tile_n=192), "bf16", "bf16").epi_stages == 2
+    assert with_spare_epilogue_buffers("sm100", cfg.GemmConfig(), "bf16", "bf16") == cfg.GemmConfig()

@@ -189,6 +189,16 @@ def test_the_launch_policy_streams_the_last_wave_of_long_runs_only():
     assert not given.config.stream_k
 
 
+def test_short_k_plans_get_spare_epilogue_buffers_and_a_callers_config_does_not():
+    """8192x8192x128 writes 64 KB of output per two k-blocks: the chosen 128x256 tile
+    gets four epilogue buffers (NOTES section 18); a caller's config is used as given."""
+    a, b = meta(8192, 128), meta(128, 8192)
+    _, spec, _ = plan(a, b, gpu="NVIDIA H200")
+    assert (spec.config.tile_n, spec.config.stages, spec.config.epi_stages) == (256, 4, 4)
+    _, given, _ = plan(a, b, GemmConfig(tile_m=128, tile_n=256, cluster_m=2), gpu="NVIDIA H200")
+    assert given.config.epi_stages == 2
+
+
 def test_m_65_to_96_is_planned_from_its_own_table_bucket():
     """96 tokens fill one swapped 96-wide tile; 128 would need a second, mostly empty
     one. The packaged table has winners for both buckets (NOTES section 17)."""

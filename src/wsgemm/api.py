@@ -25,7 +25,7 @@ from .dispatch import HARDWARE_VERIFIED_ARCHS, arch_for_capability
 from . import autotune
 from .autotune import AUTOTUNE
 from .errors import DeviceError, ShapeError, UnsupportedDtypeError
-from .heuristics import choose_config, with_launch_policy
+from .heuristics import choose_config, with_launch_policy, with_spare_epilogue_buffers
 from .kernels.common import stream_k
 from .kernels.common.scheduler import TileGrid
 from .operands import padded_empty, readable, readable_view, tma_major
@@ -406,6 +406,7 @@ def _kernel_for(a, b, out, out_dtype, config, shape, dtype, batched, batches, gp
         a_major, b_major, d_major = _swapped_majors(a, b, out, shape, dtype)
     if chosen_here:
         config = with_launch_policy(arch, config, kernel_m, kernel_n, k, kernel_batches, sm_count)
+        config = with_spare_epilogue_buffers(arch, config, TORCH_DTYPES[a.dtype], TORCH_DTYPES[dtype])
     spec = cfg.make_spec(
         arch, TORCH_DTYPES[a.dtype], TORCH_DTYPES[dtype],
         _KERNEL_MAJOR["a", a_major], _KERNEL_MAJOR["b", b_major], _KERNEL_MAJOR["d", d_major],
@@ -437,9 +438,10 @@ def _autotuned(a, b, out, out_dtype, gpu, arch, majors, m, n, k, batches, sm_cou
     candidates = candidates_to_time(m, n, k, batches, sm_count, can_swap, autotune.TOP_CANDIDATES,
                                     tokens_up_to=autotune.bucket_bound(m))
 
-    def launch(config):  # as _kernel_for will launch the winner: with the launch policy
+    def launch(config):  # as _kernel_for will launch the winner: launch policy, epilogue buffers
         kernel_m, kernel_n = (n, m) if config.swap_ab else (m, n)
-        return with_launch_policy(arch, config, kernel_m, kernel_n, k, batches, sm_count)
+        config = with_launch_policy(arch, config, kernel_m, kernel_n, k, batches, sm_count)
+        return with_spare_epilogue_buffers(arch, config, TORCH_DTYPES[a.dtype], TORCH_DTYPES[dtype])
 
     return autotune.tuned_config(a, b, out, out_dtype, key=key, candidates=candidates, launch=launch)
 
