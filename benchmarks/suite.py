@@ -43,7 +43,7 @@ TOLERANCE = {"bf16": 1e-2, "fp16": 2e-3}  # relative Frobenius error vs fp32, as
 FLUSH_BYTES = 512 * 1024 * 1024  # as bench_gemm.py: several times the 50-60 MB L2 of an H100/H200
 IMPLEMENTATIONS = ("wsgemm", "wsgemm-autotune", "torch.matmul", "triton", "quack")
 # Run only when named in --impls: wsgemm with one feature switched on or off, for side-by-side ablations.
-ABLATIONS = ("wsgemm-pdl", "wsgemm-nopdl", "wsgemm-streamk", "wsgemm-nostreamk")
+ABLATIONS = ("wsgemm-pdl", "wsgemm-nopdl", "wsgemm-streamk", "wsgemm-nostreamk", "wsgemm-epi4")
 PEAK_SIZE = 8192  # the "measured peak": cuBLAS on a bf16 cube large enough to saturate the GPU
 
 # Dense BF16 tensor-core peak in TFLOP/s. NVIDIA H100 Tensor Core GPU datasheet (H100
@@ -144,6 +144,9 @@ def build_implementations(wanted: list[str], quack_autotune: bool) -> tuple[dict
     offer("wsgemm-nostreamk", default_config_with(stream_k=False),
           "wsgemm's default configuration for each shape, with GemmConfig.stream_k=False (the launch "
           "policy's stream-K for long runs turned off)")
+    offer("wsgemm-epi4", default_config_with(epi_stages=4, stages=None),
+          "wsgemm's default configuration for each shape, with 4 epilogue buffers (GemmConfig.epi_stages=4) "
+          "and as many ring stages as then fit")
     offer("torch.matmul", torch.matmul, f"cuBLAS via torch {torch.__version__}, TF32 off")
     if triton_matmul.available():
         offer("triton", triton_matmul.matmul, "benchmarks/triton_matmul.py: persistent, TMA descriptors "
