@@ -215,6 +215,8 @@ CONFIGS = [
     GemmConfig(lookahead="none"),
     GemmConfig(tile_m=64, tile_n=128),
     GemmConfig(tile_m=128, tile_n=128, stages=2, epi_stages=1),
+    # Four epilogue buffers beside a full ring (what the default path picks for short K).
+    GemmConfig(cluster_m=2, stages=4, epi_stages=4),
     GemmConfig(tile_m=128, tile_n=192),
     GemmConfig(tile_m=128, tile_n=160, cluster_m=2),
     GemmConfig(tile_m=64, tile_n=224, stream_k=True),
