@@ -172,12 +172,16 @@ def test_the_launch_policy_is_sm90_only():
 def test_the_launch_policy_streams_the_last_wave_of_long_runs_only():
     """Stream-K from six whole waves up, when the last wave is partial (8192^3 in
     128x256 tiles paired by 2x1 clusters: 512 units on 66 clusters, 7 waves and 50
-    left over); never with fewer waves, a full last wave, a split config or on sm100."""
+    left over); never with fewer waves, a full last wave, a k-loop under 64 k-blocks,
+    a split config or on sm100."""
     pair = GemmConfig(tile_m=128, tile_n=256, cluster_m=2)
     streamed = with_launch_policy("sm90", pair, 8192, 8192, 8192, 1, 132)
     assert streamed.stream_k and not streamed.dependent_launch
     assert not with_launch_policy("sm90", pair, 2048, 4096, 4096, 1, 132).stream_k  # 128 units: 1 wave + 62
     assert not with_launch_policy("sm90", pair, 128 * 2 * 66, 256 * 6, 4096, 1, 132).stream_k  # 6 full waves
+    # Short k-loops: the fp32 fix-up costs more than the idle wave (NOTES section 18).
+    assert not with_launch_policy("sm90", pair, 8192, 8192, 2048, 1, 132).stream_k
+    assert with_launch_policy("sm90", pair, 8192, 8192, 4096, 1, 132).stream_k
     # K too long for the kernel's 32-bit stream-K arithmetic: left whole, not an error.
     assert not with_launch_policy("sm90", pair, 8192, 8192, 2**26, 1, 132).stream_k
     assert not with_launch_policy("sm90", GemmConfig(split_k=2), 8192, 8192, 8192, 1, 132).stream_k

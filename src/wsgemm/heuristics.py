@@ -298,6 +298,12 @@ def choose_config(arch: str, m: int, n: int, k: int, batches: int, sm_count: int
 # 128x256 tiles, 0.3-3.6 % faster (8192^3: 2.1 %); with 2-4 waves, where the
 # streamed wave is a quarter to a half of the run, up to 9 % slower.
 STREAM_K_MIN_WAVES = 6
+# ... and only for tiles whose k-loop is at least this many k-blocks (K >= 4096 with
+# 64-deep blocks). A streamed tile's pieces meet through fp32 partial tiles (128 KB
+# for 128x256), which cost more than the idle last wave saves when the k-loop is
+# short: on an H200, streaming 128x256 c2x1 tiles was 9 % slower at K = 128, 5 % at
+# K = 512, 2 % at K = 1024-2048 and 2 % faster at 8192^3 (NOTES section 18).
+STREAM_K_MIN_K_BLOCKS = 64
 
 
 def with_launch_policy(arch: str, config: GemmConfig, m: int, n: int, k: int, batches: int,
@@ -310,7 +316,8 @@ def with_launch_policy(arch: str, config: GemmConfig, m: int, n: int, k: int, ba
     **Stream-K** from ``STREAM_K_MIN_WAVES`` whole waves up, when the last wave is
     partial: its tiles' k-blocks are dealt out over every SM instead of leaving the
     SMs without a tile idle for a whole tile-time (kernels/common/stream_k.py); not
-    where K is too long for the kernel's 32-bit stream-K arithmetic.
+    for k-loops shorter than ``STREAM_K_MIN_K_BLOCKS``, nor where K is too long for
+    the kernel's 32-bit stream-K arithmetic.
 
     **Dependent launch** for unsplit tiles 64 rows tall and 64 to 128 wide: short,
     memory-bound kernels whose CTAs end raggedly, where the next kernel's CTAs setting
@@ -324,8 +331,9 @@ def with_launch_policy(arch: str, config: GemmConfig, m: int, n: int, k: int, ba
         return config
     units = TileGrid.for_problem(m, n, batches, config).units
     slots = resident_clusters(sm_count, config.cluster_size)
+    k_blocks = ceil_div(k, config.tile_k)
     if (config.split_k == 1 and units % slots and units // slots >= STREAM_K_MIN_WAVES
-            and stream_k.fits_int32(units, slots, ceil_div(k, config.tile_k))):
+            and k_blocks >= STREAM_K_MIN_K_BLOCKS and stream_k.fits_int32(units, slots, k_blocks)):
         config = dataclasses.replace(config, stream_k=True)
     if not config.has_workspace and config.tile_m == 64 and 64 <= config.tile_n <= 128:
         config = dataclasses.replace(config, dependent_launch=True)
