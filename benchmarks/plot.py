@@ -3,9 +3,9 @@
 Needs only the JSON (and matplotlib for the plot), so results re-render on any
 machine:
 
-    python benchmarks/plot.py benchmarks/results/suite_llm.json
+    python benchmarks/plot.py benchmarks/results/suite_llm_decode.json
 
-writes ``suite_llm.md`` and ``suite_llm.png`` beside the JSON.
+writes ``suite_llm_decode.md`` and ``suite_llm_decode.png`` beside the JSON.
 """
 
 from __future__ import annotations

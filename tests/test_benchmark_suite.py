@@ -247,6 +247,7 @@ def test_arguments(suite):
     assert "wsgemm-nopdl" not in suite.parse_args([]).impls
     assert suite.parse_args(["--impls", "wsgemm,wsgemm-nopdl,wsgemm-pdl"]).impls.count("pdl") == 2
     assert suite.parse_args(["--impls", "wsgemm,wsgemm-streamk,wsgemm-nostreamk"]).impls.count("streamk") == 2
+    assert "wsgemm-epi4" in suite.parse_args(["--impls", "wsgemm,wsgemm-epi4"]).impls
 
 
 def test_ablations_use_the_default_config_with_one_change(suite, monkeypatch):
@@ -270,6 +271,11 @@ def test_ablations_use_the_default_config_with_one_change(suite, monkeypatch):
     calls.clear()
     suite.default_config_with(split_k=1, stream_k=True)(a, b)
     assert calls == [GemmConfig(tile_m=128, tile_n=16, stream_k=True, swap_ab=True)]
+    # Four epilogue buffers with as many ring stages as then fit.
+    chosen = GemmConfig(tile_m=128, tile_n=192, stages=5)
+    calls.clear()
+    suite.default_config_with(epi_stages=4, stages=None)(a, b)
+    assert calls == [GemmConfig(tile_m=128, tile_n=192, epi_stages=4, swap_ab=True)]
 
 
 # ------------------------------------------------------------------- config sweeps
@@ -293,6 +299,8 @@ def test_sweep_grid_names_every_combination(sweep):
     c = configs["swap 64x96 c2x1 split2 s12"]
     assert (c.tile_m, c.tile_n, c.cluster_m, c.split_k, c.stages, c.swap_ab) == (64, 96, 2, 2, 12, True)
     assert configs["128x128 c1x1"].stages is None and not configs["128x128 c1x1"].swap_ab
+    buffers = sweep.grid("128x256", "2x1", "1", epi_stages="2,4")
+    assert sorted(buffers) == ["128x256 c2x1", "128x256 c2x1 e4"] and buffers["128x256 c2x1 e4"].epi_stages == 4
 
 
 def test_sweep_keeps_microseconds_fastest_first(sweep):
