@@ -125,18 +125,9 @@ class Sm100Gemm(GemmKernelBase):
             acc_barriers: cute.struct.MemRange[cutlass.Int64, 2 * self.acc_stages]
             tmem_dealloc_barrier: cutlass.Int64
             tmem_address: cutlass.Int32
-            sA: cute.struct.Align[
-                cute.struct.MemRange[self.ab_dtype, cute.cosize(a_smem)],
-                hardware.SWIZZLE_ATOM_ALIGNMENT_BYTES,
-            ]
-            sB: cute.struct.Align[
-                cute.struct.MemRange[self.ab_dtype, cute.cosize(b_smem)],
-                hardware.SWIZZLE_ATOM_ALIGNMENT_BYTES,
-            ]
-            sD: cute.struct.Align[
-                cute.struct.MemRange[self.d_dtype, cute.cosize(d_smem)],
-                hardware.SWIZZLE_ATOM_ALIGNMENT_BYTES,
-            ]
+            sA: self.swizzled_buffer(self.ab_dtype, a_smem)
+            sB: self.swizzled_buffer(self.ab_dtype, b_smem)
+            sD: self.swizzled_buffer(self.d_dtype, d_smem)
 
         self.shared_storage = SharedStorage
         # Recorded at trace time for the budget checks (compile.py, tests).

@@ -168,18 +168,9 @@ class Sm90Gemm(GemmKernelBase):
         @cute.struct
         class SharedStorage:
             ring_barriers: cute.struct.MemRange[cutlass.Int64, 2 * self.num_stages]
-            sA: cute.struct.Align[
-                cute.struct.MemRange[self.ab_dtype, cute.cosize(a_smem)],
-                hardware.SWIZZLE_ATOM_ALIGNMENT_BYTES,
-            ]
-            sB: cute.struct.Align[
-                cute.struct.MemRange[self.ab_dtype, cute.cosize(b_smem)],
-                hardware.SWIZZLE_ATOM_ALIGNMENT_BYTES,
-            ]
-            sD: cute.struct.Align[
-                cute.struct.MemRange[self.d_dtype, cute.cosize(d_smem)],
-                hardware.SWIZZLE_ATOM_ALIGNMENT_BYTES,
-            ]
+            sA: self.swizzled_buffer(self.ab_dtype, a_smem)
+            sB: self.swizzled_buffer(self.ab_dtype, b_smem)
+            sD: self.swizzled_buffer(self.d_dtype, d_smem)
 
         self.shared_storage = SharedStorage
         # Recorded at trace time for the budget checks (compile.py, tests).

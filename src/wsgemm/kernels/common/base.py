@@ -12,6 +12,7 @@ import cutlass.cute as cute
 import cutlass.tensor_utils
 
 from ... import config as cfg
+from ... import hardware
 from . import scheduler
 
 CUTLASS_DTYPES = {"fp16": cutlass.Float16, "bf16": cutlass.BFloat16, "fp32": cutlass.Float32}
@@ -42,6 +43,14 @@ class GemmKernelBase:
         self.a_layout = L.ROW_MAJOR if spec.a_major == "k" else L.COL_MAJOR
         self.b_layout = L.ROW_MAJOR if spec.b_major == "k" else L.COL_MAJOR
         self.d_layout = L.ROW_MAJOR if spec.d_major == "n" else L.COL_MAJOR
+
+    @staticmethod
+    def swizzled_buffer(dtype, layout):
+        """Shared-storage field type of one swizzled buffer (A, B or D) holding
+        ``layout``: aligned to a whole swizzle atom, since the swizzle XORs address
+        bits that an offset inside an atom would change."""
+        return cute.struct.Align[cute.struct.MemRange[dtype, cute.cosize(layout)],
+                                 hardware.SWIZZLE_ATOM_ALIGNMENT_BYTES]
 
     @cute.jit
     def tile_of(self, work, sched):
