@@ -169,8 +169,8 @@ def main(argv=None) -> int:
     p.add_argument("--name", default="sweep_8192_bf16")
     p.add_argument("--out", default=str(Path(__file__).parent / "results"))
     args = p.parse_args(argv)
-    candidates = (grid(args.tiles, args.clusters, args.splits, args.stages, args.swap, args.swizzles, args.epi_stages) if args.tiles
-                  else HAND_PICKED[args.set])
+    candidates = (grid(args.tiles, args.clusters, args.splits, args.stages, args.swap, args.swizzles,
+                       args.epi_stages) if args.tiles else HAND_PICKED[args.set])
     dtype = DTYPES[args.dtype]
     flush = torch.empty(128 * 1024 * 1024, device="cuda", dtype=torch.float32)
     shapes = parse_shapes(args.shapes)

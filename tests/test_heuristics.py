@@ -1,8 +1,8 @@
 import dataclasses
 
-from wsgemm import config as cfg
 import pytest
 
+from wsgemm import config as cfg
 from wsgemm.heuristics import (BAND_CLUSTERS, SPARE_EPILOGUE_BUFFERS, candidates_to_time, choose_config,
                                estimate_seconds, ranked_sm90_configs, with_spare_epilogue_buffers)
 
