@@ -3,6 +3,7 @@ majors, tiles, clusters and look-ahead policies, its PTX holds the instructions 
 design promises, and ptxas kept it within the register file without spills."""
 
 import itertools
+import re
 
 import pytest
 
@@ -73,6 +74,17 @@ def test_tiles_clusters_and_schedules_compile(config):
         assert "barrier.cluster" in compiled.ptx
     else:
         assert ".multicast::cluster" not in compiled.ptx
+
+
+@pytest.mark.parametrize("epi_stages", [2, 4])
+def test_the_epilogue_keeps_all_but_one_buffer_in_flight(epi_stages):
+    """The store warp waits only until epi_stages - 1 TMA stores are still reading
+    shared memory (the buffer written next is then free), and for all of them at exit.
+    Four buffers fit beside 128x256's 4-stage ring: what the default path picks."""
+    spec, compiled = build(config=GemmConfig(stages=4, epi_stages=epi_stages))
+    assert_core_structure(spec, compiled)
+    waits = {int(n) for n in re.findall(r"cp\.async\.bulk\.wait_group\.read\s+(\d+)", compiled.ptx)}
+    assert waits == {epi_stages - 1, 0}
 
 
 def test_default_policy_probes_the_next_stage_before_the_copies():
