@@ -78,7 +78,9 @@ print(f"  SM {sm} runs: " + "; ".join(
 print("Balanced on paper. Measured on an H200 (NOTES section 16): for this shape, with its")
 print("default tile, 1 % slower than split-K; where the streamed wave is a quarter to a half")
 print("of the run, up to 9 % slower than leaving it whole. The default path streams the last")
-print("wave only from six whole waves up (8192^3: 1.006x -> 1.027x of cuBLAS in one run).")
+print("wave only from six whole waves up (8192^3: 1.006x -> 1.027x of cuBLAS in one run),")
+print("and only k-loops of 64 or more k-blocks: below that the fp32 partial tiles cost more")
+print("than the idle wave (2-9 % slower at K = 128-2048, NOTES section 18).")
 
 # Neither: a tile width whose tiles fill whole waves. Clusters of two CTAs pair the
 # M tiles (they share, by multicast, the weight tile); 66 such pairs fit at once.
