@@ -25,7 +25,7 @@ from .dispatch import HARDWARE_VERIFIED_ARCHS, arch_for_capability
 from . import autotune
 from .autotune import AUTOTUNE
 from .errors import DeviceError, ShapeError, UnsupportedDtypeError
-from .heuristics import choose_config, with_launch_policy, with_spare_epilogue_buffers
+from .heuristics import as_launched, choose_config
 from .kernels.common import stream_k
 from .kernels.common.scheduler import TileGrid
 from .operands import padded_empty, readable, readable_view, tma_major
@@ -405,8 +405,8 @@ def _kernel_for(a, b, out, out_dtype, config, shape, dtype, batched, batches, gp
         mode, kernel_m, kernel_n = "swap", n, m
         a_major, b_major, d_major = _swapped_majors(a, b, out, shape, dtype)
     if chosen_here:
-        config = with_launch_policy(arch, config, kernel_m, kernel_n, k, kernel_batches, sm_count)
-        config = with_spare_epilogue_buffers(arch, config, TORCH_DTYPES[a.dtype], TORCH_DTYPES[dtype])
+        config = as_launched(arch, config, kernel_m, kernel_n, k, kernel_batches, sm_count,
+                             TORCH_DTYPES[a.dtype], TORCH_DTYPES[dtype])
     spec = cfg.make_spec(
         arch, TORCH_DTYPES[a.dtype], TORCH_DTYPES[dtype],
         _KERNEL_MAJOR["a", a_major], _KERNEL_MAJOR["b", b_major], _KERNEL_MAJOR["d", d_major],
@@ -438,10 +438,10 @@ def _autotuned(a, b, out, out_dtype, gpu, arch, majors, m, n, k, batches, sm_cou
     candidates = candidates_to_time(m, n, k, batches, sm_count, can_swap, autotune.TOP_CANDIDATES,
                                     tokens_up_to=autotune.bucket_bound(m))
 
-    def launch(config):  # as _kernel_for will launch the winner: launch policy, epilogue buffers
+    def launch(config):  # as _kernel_for will launch the winner
         kernel_m, kernel_n = (n, m) if config.swap_ab else (m, n)
-        config = with_launch_policy(arch, config, kernel_m, kernel_n, k, batches, sm_count)
-        return with_spare_epilogue_buffers(arch, config, TORCH_DTYPES[a.dtype], TORCH_DTYPES[dtype])
+        return as_launched(arch, config, kernel_m, kernel_n, k, batches, sm_count, TORCH_DTYPES[a.dtype],
+                           TORCH_DTYPES[dtype])
 
     return autotune.tuned_config(a, b, out, out_dtype, key=key, candidates=candidates, launch=launch)
 
@@ -470,9 +470,10 @@ def gemm(a: torch.Tensor, b: torch.Tensor, *, out: torch.Tensor | None = None,
     ``wsgemm.heuristics``; a :class:`GemmConfig` forces one; ``"autotune"`` times the
     model's best few on these inputs the first time a shape bucket is seen (with a
     progress bar) and remembers the winner on disk (``wsgemm.autotune``). For ``None``
-    and ``"autotune"``, ``heuristics.with_launch_policy`` then decides whether the
+    and ``"autotune"``, ``heuristics.as_launched`` then decides stream-K, whether the
     kernel is launched as a programmatic dependent of the previous kernel on the
-    stream; a forced :class:`GemmConfig` says so itself (``dependent_launch``).
+    stream, and the epilogue's buffers; a forced :class:`GemmConfig` says so itself
+    (``stream_k``, ``dependent_launch``, ``epi_stages``).
 
     When an input requires grad, the call records both gradients for autograd
     (computed by wsgemm too); under ``torch.compile`` it goes through the

@@ -203,8 +203,8 @@ def tuned_config(a, b, out, out_dtype, *, key: str, candidates: list[GemmConfig]
     """The fastest of ``candidates`` for this call (from the cache when ``key`` is known).
 
     ``launch(config)``: the configuration that will run for a candidate (the default
-    path's launch policy, ``heuristics.with_launch_policy``), so that what is timed is
-    what a later call runs; the candidate itself is what is stored."""
+    path's ``heuristics.as_launched``: launch policy, epilogue buffers), so that what
+    is timed is what a later call runs; the candidate itself is what is stored."""
     launch = launch or (lambda config: config)
     from .api import gemm_eager
 

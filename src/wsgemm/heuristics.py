@@ -367,6 +367,15 @@ def with_spare_epilogue_buffers(arch: str, config: GemmConfig, ab_dtype: str, ou
     return more if budget.total_bytes <= budget.capacity_bytes else config
 
 
+def as_launched(arch: str, config: GemmConfig, m: int, n: int, k: int, batches: int, sm_count: int,
+                ab_dtype: str, out_dtype: str) -> GemmConfig:
+    """What a configuration wsgemm chose (table, model or autotuner) runs as on the
+    kernel's own problem: :func:`with_launch_policy`, then
+    :func:`with_spare_epilogue_buffers`. A caller's config is used as given."""
+    config = with_launch_policy(arch, config, m, n, k, batches, sm_count)
+    return with_spare_epilogue_buffers(arch, config, ab_dtype, out_dtype)
+
+
 def _choose_sm100(m: int, n: int, batches: int, sm_count: int) -> GemmConfig:
     """Blackwell: unmeasured (no Blackwell GPU here), so the conservative shape of
     CUTLASS's defaults: 128x256 tiles with two TMEM accumulator buffers, a 2x1

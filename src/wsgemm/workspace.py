@@ -2,10 +2,10 @@
 calls; a private one for every call captured into a CUDA graph.
 
 A split-K or stream-K kernel needs int32 arrival flags that are zero when it starts,
-and fp32 slots for partial sums (``kernels/common/split_k.py``, ``stream_k.py``). Every launch leaves its
-flags at zero, so a workspace is zeroed once, when it is allocated, and then reused
-by every later launch on the same stream; launches on one stream run in order and
-never share a workspace concurrently. Another stream gets its own workspace, so
+and fp32 slots for partial sums (``kernels/common/split_k.py``, ``stream_k.py``).
+Every launch leaves its flags at zero, so a workspace is zeroed once, when it is
+allocated, and then reused by every later launch on the same stream; launches on one
+stream run in order and never share a workspace concurrently. Another stream gets its own workspace, so
 concurrent streams never race on the flags. When a call needs a larger workspace
 the old one is dropped: the caching allocator reuses its memory only for later work
 on the same stream, after the launches queued before.
