@@ -38,7 +38,6 @@ from __future__ import annotations
 import cutlass
 
 
-
 def fits_int32(units, clusters: int, k_blocks: int) -> bool:
     """The kernels multiply (tail k-blocks) by (streaming clusters) in 32-bit
     integers: true when that cannot overflow (132 clusters and K up to ~1M do)."""
