@@ -87,6 +87,41 @@ def test_the_epilogue_keeps_all_but_one_buffer_in_flight(epi_stages):
     assert waits == {epi_stages - 1, 0}
 
 
+PINGPONG_CONFIGS = [
+    GemmConfig(tile_m=128, tile_n=128, pingpong=True),
+    GemmConfig(tile_m=128, tile_n=128, cluster_m=2, pingpong=True),
+    GemmConfig(tile_m=64, tile_n=256, cluster_n=2, pingpong=True),
+    GemmConfig(tile_m=64, tile_n=128, epi_stages=4, pingpong=True),
+]
+
+
+@pytest.mark.parametrize("majors", [("k", "k", "n"), ("m", "n", "m")], ids=["kkn", "mnm"])
+@pytest.mark.parametrize("config", PINGPONG_CONFIGS, ids=lambda c: c.short())
+def test_pingpong_consumers_take_turns_and_store_on_their_own(config, majors):
+    """Each consumer warpgroup issues every wgmma of its own tiles (64 rows at a time),
+    waits for its turn at the tensor cores and hands it on (one ``bar.arrive`` of both
+    warpgroups' 256 threads), and runs its epilogue on a 128-thread barrier; its whole
+    tile's fp32 accumulators fit in registers without spilling (checked in
+    ``assert_core_structure``)."""
+    spec, compiled = build(majors=majors, config=config)
+    assert_core_structure(spec, compiled)
+    ptx = compiled.ptx
+    wgmma_per_k_block = config.tile_m // 64 * config.tile_k // 16
+    assert ptx.count(f"wgmma.mma_async.sync.aligned.m64n{config.tile_n}k16") == wgmma_per_k_block
+    assert re.findall(r"bar\.arrive\s+%r\d+,\s*(\d+)", ptx) == ["256"]
+    assert {int(n) for n in re.findall(r"bar\.sync\s+%r\d+,\s*(\d+)", ptx)} == {128, 256}
+    waits = {int(n) for n in re.findall(r"cp\.async\.bulk\.wait_group\.read\s+(\d+)", ptx)}
+    assert waits == {config.epi_stages - 1, 0}
+
+
+def test_cooperative_consumers_share_each_tile_and_its_epilogue():
+    _, compiled = build(config=GemmConfig(tile_m=128, tile_n=128))
+    ptx = compiled.ptx
+    assert ptx.count("wgmma.mma_async.sync.aligned.m64n128k16") == 4  # one per k16 step: 64 rows each
+    assert "bar.arrive" not in ptx
+    assert re.findall(r"bar\.sync\s+\d+,\s*(\d+)", ptx) and not re.findall(r"bar\.sync\s+\d+,\s*128\b", ptx)
+
+
 def test_default_policy_probes_the_next_stage_before_the_copies():
     _, compiled = build(config=GemmConfig(lookahead=Lookahead.BEFORE_COPY))
     assert producer_probe_precedes_copies(compiled.ptx)

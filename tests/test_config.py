@@ -150,3 +150,35 @@ def test_stream_k_is_sm90_only_a_bool_named_and_excludes_split_k():
         cfg.make_spec("sm100", "bf16", "bf16", "k", "k", "n", GemmConfig(stream_k=True))
     with pytest.raises(ConfigError, match=r"stream_k='yes' must be True or False"):
         spec(GemmConfig(stream_k="yes"))
+
+
+def test_pingpong_is_sm90_only_named_and_holds_whole_tiles_per_warpgroup():
+    """Ping-pong consumers: two warpgroups, each with a whole tile's accumulators
+    (128x128: 128 fp32 registers per thread), its own set of epilogue buffers of 64
+    rows, and its own four warps releasing each ring slot it read."""
+    pingpong = GemmConfig(tile_m=128, tile_n=128, pingpong=True)
+    cooperative = GemmConfig(tile_m=128, tile_n=128)
+    built = spec(pingpong)
+    assert built.config.short().endswith("_pingpong") and built != spec(cooperative)
+    assert (cfg.consumer_warpgroups(pingpong), cfg.tile_warpgroups(pingpong)) == (2, 1)
+    assert (cfg.consumer_warpgroups(cooperative), cfg.tile_warpgroups(cooperative)) == (2, 2)
+    assert cfg.sm90_register_budget(pingpong).accumulator_registers == 128
+    assert cfg.sm90_register_budget(cooperative).accumulator_registers == 64
+    assert cfg.epilogue_tile(built) == (64, 32) and cfg.epilogue_tile(spec(cooperative)) == (128, 32)
+    # Two sets of half-height buffers: the same bytes as the cooperative epilogue's one set.
+    assert cfg.smem_budget(built).epi_bytes == cfg.smem_budget(spec(cooperative)).epi_bytes == 2 * 128 * 32 * 2
+    assert cfg.consumer_warpgroups(GemmConfig(tile_m=64, tile_n=256, pingpong=True)) == 2
+    with pytest.raises(ConfigError, match=r"pingpong=True: ping-pong consumers .* sm90 kernel only"):
+        cfg.make_spec("sm100", "bf16", "bf16", "k", "k", "n", GemmConfig(pingpong=True))
+    with pytest.raises(ConfigError, match=r"pingpong=1 must be True or False"):
+        spec(GemmConfig(pingpong=1))
+
+
+@pytest.mark.parametrize("config, message", [
+    (GemmConfig(tile_m=128, tile_n=256, pingpong=True), r"256 accumulator registers .* or pingpong=False"),
+    (GemmConfig(tile_n=128, split_k=2, pingpong=True), r"pingpong=True with split_k=2: .* whole tiles"),
+    (GemmConfig(tile_n=128, stream_k=True, pingpong=True), r"pingpong=True with stream_k=True: .* whole tiles"),
+])
+def test_pingpong_configs_that_cannot_run_raise_config_error(config, message):
+    with pytest.raises(ConfigError, match=message):
+        spec(config)

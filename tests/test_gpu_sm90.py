@@ -236,6 +236,36 @@ def test_configs(config, m, n, k):
     check(run(a, b, config=config), a, b)
 
 
+# Ping-pong consumers: each warpgroup runs every other tile of its CTA, so the cases
+# cover a CTA with one tile (the second warpgroup idle), odd and even tile counts per
+# CTA, a k-loop of one k-block (the turns hand over every k-block), clusters, and
+# 64-row tiles (one wgmma row block per tile) beside 128-row ones (two).
+PINGPONG_CONFIGS = [
+    GemmConfig(tile_m=128, tile_n=128, pingpong=True),
+    GemmConfig(tile_m=128, tile_n=128, cluster_m=2, pingpong=True),
+    GemmConfig(tile_m=64, tile_n=256, cluster_n=2, pingpong=True),
+    GemmConfig(tile_m=64, tile_n=128, stages=3, epi_stages=4, pingpong=True),
+]
+PINGPONG_SHAPES = [(128, 128, 4096), (1000, 1100, 520), (3000, 2900, 1000), (4096, 4096, 64), (8192, 1024, 200)]
+
+
+@pytest.mark.parametrize("config", PINGPONG_CONFIGS, ids=lambda c: c.short())
+@pytest.mark.parametrize("m, n, k", PINGPONG_SHAPES, ids=[f"{m}x{n}x{k}" for m, n, k in PINGPONG_SHAPES])
+def test_pingpong_consumers(config, m, n, k):
+    a, b = rand(m, k), rand(k, n)
+    check(run(a, b, config=config), a, b)
+
+
+@pytest.mark.parametrize("a_major, b_major", MAJOR_CASES, ids=[f"a{x}-b{y}" for x, y in MAJOR_CASES])
+def test_pingpong_operand_majors_fp32_out_and_batches(a_major, b_major):
+    config = GemmConfig(tile_m=128, tile_n=128, cluster_m=2, pingpong=True)
+    a = torch.stack([layout(rand(700, 390), a_major) for _ in range(3)])
+    b = torch.stack([layout(rand(390, 900), b_major) for _ in range(3)])
+    out = torch.full((3, 900, 700), float("nan"), device="cuda", dtype=torch.float32).transpose(1, 2)
+    wsgemm.gemm(a, b, out=out, config=config)
+    check(out, a, b, dtype=torch.float32)
+
+
 def test_results_are_deterministic():
     a, b = rand(1536, 1536), rand(1536, 1536)
     first = wsgemm.gemm(a, b)

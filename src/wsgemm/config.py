@@ -80,6 +80,13 @@ class GemmConfig:
     # off, and where wsgemm chooses the config ``heuristics.with_launch_policy`` turns
     # it on for the shapes it helps (benchmarks/NOTES.md section 15).
     dependent_launch: bool = False
+    # SM90 only: ping-pong consumers. Each of the two consumer warpgroups owns whole
+    # tiles, alternating with the other (even and odd work items), so one warpgroup's
+    # epilogue overlaps the other's mainloop; their mainloops take turns on the tensor
+    # cores. Off: both warpgroups share each tile, 64 rows each ("cooperative"), and the
+    # tensor cores idle through every epilogue. Holds a whole tile's accumulators per
+    # thread, so it takes tiles of at most 128x128 (64x256); no split-K or stream-K.
+    pingpong: bool = False
 
     def __post_init__(self) -> None:
         # Accept the enums' string values, so GemmConfig(lookahead="none") works.
@@ -116,6 +123,8 @@ class GemmConfig:
             name += "_swapab"
         if self.dependent_launch:
             name += "_pdl"
+        if self.pingpong:
+            name += "_pingpong"
         return name
 
 
@@ -216,7 +225,9 @@ def epilogue_tile(spec: "KernelSpec") -> tuple[int, int]:
         return compute_epilogue_tile_size(
             c.tile_m, c.tile_n, c.two_cta, DTYPE_BYTES[spec.out_dtype] * 8, None, spec.d_major == "m"
         )
-    return (min(c.tile_m, 128), min(c.tile_n, 32))
+    # A sub-tile is what one store step of the threads sharing a tile covers: 64 rows
+    # per wgmma warpgroup.
+    return (min(c.tile_m, 64 * tile_warpgroups(c)), min(c.tile_n, 32))
 
 
 def cta_pair(config: GemmConfig) -> int:
@@ -225,8 +236,21 @@ def cta_pair(config: GemmConfig) -> int:
 
 
 def consumer_warpgroups(config: GemmConfig) -> int:
-    """SM90: warpgroups that issue wgmma (64 rows each, wgmma's M)."""
-    return max(1, config.tile_m // 64)
+    """SM90: warpgroups that issue wgmma: two with ping-pong consumers, else one per
+    64 rows of the tile (wgmma's M)."""
+    return 2 if config.pingpong else max(1, config.tile_m // 64)
+
+
+def tile_warpgroups(config: GemmConfig) -> int:
+    """SM90: consumer warpgroups that share one tile (and read each ring slot): one
+    with ping-pong consumers, else all of them."""
+    return 1 if config.pingpong else consumer_warpgroups(config)
+
+
+def epilogue_buffer_sets(config: GemmConfig) -> int:
+    """Sets of ``epi_stages`` epilogue buffers in shared memory: one per ping-pong
+    consumer (their epilogues run independently), else one."""
+    return consumer_warpgroups(config) // tile_warpgroups(config)
 
 
 def smem_budget(spec: KernelSpec) -> SmemBudget:
@@ -238,7 +262,7 @@ def smem_budget(spec: KernelSpec) -> SmemBudget:
     # A 2-CTA MMA splits B's N columns between the pair: each CTA holds half.
     b_stage = c.tile_n // cta_pair(c) * c.tile_k * in_bytes
     epi_m, epi_n = epilogue_tile(spec)
-    epi = epi_m * epi_n * DTYPE_BYTES[spec.out_dtype] * c.epi_stages
+    epi = epi_m * epi_n * DTYPE_BYTES[spec.out_dtype] * c.epi_stages * epilogue_buffer_sets(c)
     capacity = spec.facts.smem_per_cta_bytes
     stages = c.stages
     if stages is None:
@@ -260,7 +284,7 @@ def sm90_register_budget(config: GemmConfig) -> RegisterBudget:
     per_wg_thread_pool = facts.registers_per_sm // hardware.THREADS_PER_WARPGROUP
     consumer = (per_wg_thread_pool - SM90_PRODUCER_REGISTERS) // wgs
     consumer = min(facts.max_registers_per_thread, consumer - consumer % 8)
-    acc = config.tile_m * config.tile_n // (wgs * hardware.THREADS_PER_WARPGROUP)
+    acc = config.tile_m * config.tile_n // (tile_warpgroups(config) * hardware.THREADS_PER_WARPGROUP)
     return RegisterBudget(SM90_PRODUCER_REGISTERS, consumer, acc)
 
 
@@ -378,6 +402,8 @@ def _check_common(config: GemmConfig) -> None:
         raise ConfigError(f"dependent_launch={config.dependent_launch!r} must be True or False")
     if not isinstance(config.stream_k, bool):
         raise ConfigError(f"stream_k={config.stream_k!r} must be True or False")
+    if not isinstance(config.pingpong, bool):
+        raise ConfigError(f"pingpong={config.pingpong!r} must be True or False")
     if config.stream_k and config.split_k != 1:
         raise ConfigError(f"stream_k=True with split_k={config.split_k}: the last wave is either split or "
                           "streamed; pass split_k=1 with stream_k")
@@ -389,6 +415,7 @@ SM90_ONLY_FEATURES = (
     ("split_k", "split-K", 1),
     ("dependent_launch", "programmatic dependent launch", False),
     ("stream_k", "stream-K", False),
+    ("pingpong", "ping-pong consumers", False),
 )
 
 
@@ -421,5 +448,10 @@ def _check_sm90(config: GemmConfig) -> None:
             f"tile {config.tile_m}x{config.tile_n} needs {regs.accumulator_registers} accumulator "
             f"registers per consumer thread; with {regs.consumer_registers} registers per consumer "
             f"thread at most {regs.consumer_registers - SM90_CONSUMER_REGISTER_OVERHEAD} fit; "
-            "use a smaller tile_n"
+            "use a smaller tile_n" + (" or tile_m, or pingpong=False" if config.pingpong else "")
         )
+    if config.pingpong and config.has_workspace:
+        # A piece of a tile would end in a partial-sum exchange through the workspace,
+        # which both warpgroups of a tile join; a ping-pong tile has one.
+        raise ConfigError(f"pingpong=True with {'stream_k=True' if config.stream_k else f'split_k={config.split_k}'}: "
+                          "ping-pong consumers run whole tiles; pass split_k=1 and stream_k=False")

@@ -12,6 +12,15 @@ Warp roles of a CTA (``1 + consumer_warpgroups`` warpgroups of 128 threads):
   wgmma that read it retired, and after the last k-block run the **epilogue**:
   convert, store to shared memory (stmatrix), TMA-store to D.
 
+  By default the consumer warpgroups are *cooperative*: each tile is theirs together,
+  64 rows each, and the tensor cores idle while they run its epilogue. With
+  ``config.pingpong`` each of the two owns whole tiles, every other work item of the
+  CTA: one warpgroup's epilogue overlaps the other's mainloop. Their mainloops take
+  turns through two named barriers, and not only for the tensor cores: both read
+  one ring whose full barriers a parity wait can only tell apart one phase at a
+  time, so a warpgroup must not wait on a slot before the other has passed its own
+  waits on the k-blocks before it (docs/architecture.md).
+
 With ``config.dependent_launch`` the kernel is a programmatic dependent launch:
 ``griddepcontrol.wait`` before any global-memory access, and the producer lets the
 next kernel launch once it has issued its last load (docs/architecture.md).
@@ -47,8 +56,12 @@ from .common.epilogue import tma_store_subtile
 from .common.pipeline import SmemRing, empty_arrivals, produce_k_blocks, publish_barrier_init, release_mask
 from .common.views import gemm_views
 
-# Named barrier 0 is __syncthreads; the consumers' epilogue rendezvous uses 1.
+# Named barrier 0 is __syncthreads; the consumers' epilogue rendezvous uses 1 (with
+# ping-pong consumers, 1 and 2: one per warpgroup).
 EPILOGUE_BARRIER_ID = 1
+# Ping-pong consumers hand the tensor cores to each other through 3 and 4: warpgroup
+# w waits on ``MAINLOOP_TURN_BARRIER_ID + w`` for its turn.
+MAINLOOP_TURN_BARRIER_ID = 3
 
 
 class TracePoint(enum.IntEnum):
@@ -73,6 +86,8 @@ class Sm90Gemm(GemmKernelBase):
         self.tile_mnk = (c.tile_m, c.tile_n, c.tile_k)
         self.epi_tile = cfg.epilogue_tile(spec)
         self.consumer_wgs = cfg.consumer_warpgroups(c)
+        self.tile_wgs = cfg.tile_warpgroups(c)  # consumer warpgroups sharing one tile
+        self.pingpong = c.pingpong
         self.consumer_threads = self.consumer_wgs * hardware.THREADS_PER_WARPGROUP
         self.threads = (1 + self.consumer_wgs) * hardware.THREADS_PER_WARPGROUP
         regs = cfg.sm90_register_budget(c)
@@ -124,7 +139,7 @@ class Sm90Gemm(GemmKernelBase):
             self.a_layout.sm90_mma_major_mode(),
             self.b_layout.sm90_mma_major_mode(),
             self.acc_dtype,
-            (self.consumer_wgs, 1, 1),  # each consumer warpgroup owns 64 rows
+            (self.tile_wgs, 1, 1),  # 64 rows per warpgroup of a tile, repeated down a ping-pong tile
             tiler_mn=(64, self.tile_mnk[1]),
         )
         a_smem = sm90_helpers.make_smem_layout_a(
@@ -134,7 +149,7 @@ class Sm90Gemm(GemmKernelBase):
             self.b_layout, self.tile_mnk, self.ab_dtype, self.num_stages
         )
         d_smem = sm90_helpers.make_smem_layout_epi(
-            self.d_dtype, self.d_layout, self.epi_tile, self.epi_stages
+            self.d_dtype, self.d_layout, self.epi_tile, self.epi_stages * cfg.epilogue_buffer_sets(self.config)
         )
         a_smem_one = cute.slice_(a_smem, (None, None, 0))
         b_smem_one = cute.slice_(b_smem, (None, None, 0))
@@ -253,7 +268,7 @@ class Sm90Gemm(GemmKernelBase):
             storage.ring_barriers.data_ptr(),
             self.num_stages,
             ab_stage_bytes,
-            empty_arrivals(cm, cn, 1, self.consumer_wgs * hardware.WARPS_PER_WARPGROUP),
+            empty_arrivals(cm, cn, 1, self.tile_wgs * hardware.WARPS_PER_WARPGROUP),
         )
         if warp == 0:
             ring.init()
@@ -358,7 +373,15 @@ class Sm90Gemm(GemmKernelBase):
         lane = cute.arch.lane_idx()
         lane_signals = lane < cm * cn and ((mask >> lane) & 1) == 1
 
-        thr_mma = tiled_mma.get_slice(consumer_wg * hardware.THREADS_PER_WARPGROUP)
+        # The threads that share a tile: every consumer thread, or with ping-pong
+        # consumers those of this warpgroup, which runs every other work item.
+        tile_threads = self.tile_wgs * hardware.THREADS_PER_WARPGROUP
+        tile_tidx = consumer_tidx
+        wg_slice = consumer_wg * hardware.THREADS_PER_WARPGROUP
+        if cutlass.const_expr(self.pingpong):
+            tile_tidx = consumer_tidx % tile_threads
+            wg_slice = 0
+        thr_mma = tiled_mma.get_slice(wg_slice)
         tCsA = thr_mma.partition_A(sA)
         tCsB = thr_mma.partition_B(sB)
         tCrA = tiled_mma.make_fragment_A(tCsA)
@@ -374,17 +397,33 @@ class Sm90Gemm(GemmKernelBase):
             cute.nvgpu.warp.StMatrix8x8x16bOp(self.d_layout.is_m_major_c(), 4), self.d_dtype
         )
         r2s = cute.make_tiled_copy_S(r2s_atom, cute.make_tiled_copy_C_atom(stmatrix, tiled_mma))
-        thr_r2s = r2s.get_slice(consumer_tidx)
+        thr_r2s = r2s.get_slice(tile_tidx)
         tRS_sD = thr_r2s.partition_D(sD)
         tRS_acc = r2s.retile(acc)
         frag_shape = cute.shape(thr_r2s.partition_S(sD))[:3]
         tRS_rAcc = cute.make_rmem_tensor(frag_shape, self.acc_dtype)
         tRS_rD = cute.make_rmem_tensor(frag_shape, self.d_dtype)
         frag_size = cute.size(tRS_rAcc)
-        epi_barrier = cutlass.pipeline.NamedBarrier(
-            barrier_id=EPILOGUE_BARRIER_ID, num_threads=self.consumer_threads
-        )
+        epi_barrier = cutlass.pipeline.NamedBarrier(barrier_id=EPILOGUE_BARRIER_ID, num_threads=tile_threads)
         is_store_warp = warp == hardware.WARPS_PER_WARPGROUP  # first consumer warp
+        first_buffer = 0  # of this warpgroup's set of epilogue buffers
+        step = Int32(0)
+        step_stride = 1
+        if cutlass.const_expr(self.pingpong):
+            # Warpgroup ``turn`` runs work items turn, turn + 2, ... with its own
+            # epilogue buffers, barrier and store warp, so neither epilogue waits for
+            # the other's; the two mainloops take turns through a pair of barriers.
+            turn = consumer_wg
+            epi_barrier = cutlass.pipeline.NamedBarrier(barrier_id=EPILOGUE_BARRIER_ID + turn,
+                                                        num_threads=tile_threads)
+            is_store_warp = warp % hardware.WARPS_PER_WARPGROUP == 0
+            first_buffer = turn * self.epi_stages
+            step = turn
+            step_stride = 2
+            both = 2 * hardware.THREADS_PER_WARPGROUP
+            my_turn = cutlass.pipeline.NamedBarrier(barrier_id=MAINLOOP_TURN_BARRIER_ID + turn, num_threads=both)
+            their_turn = cutlass.pipeline.NamedBarrier(barrier_id=MAINLOOP_TURN_BARRIER_ID + 1 - turn,
+                                                       num_threads=both)
 
         read = Int32(0)  # k-blocks consumed so far, across tiles
         epi_count = Int32(0)  # epilogue sub-tiles stored so far, rotates sD buffers
@@ -393,12 +432,20 @@ class Sm90Gemm(GemmKernelBase):
         units = clusters_m * clusters_n * batches
         steps = scheduler.steps_of_cluster(cluster_id, units, num_clusters, k_blocks, splits, stream)
         cta_rank = cta_m * cn + cta_n  # the workspace interleaves a cluster's CTAs
-        step = Int32(0)
         while step < steps:
             unit, _, kb_count, publish_slot, waits, first_slot, flag = scheduler.piece_of_step(
                 step, cluster_id, units, num_clusters, k_blocks, splits, stream)
             tile_m, tile_n, batch = self.tile_of(unit, sched)
             acc.fill(0.0)
+            if cutlass.const_expr(self.pingpong):
+                # Whole tiles, in the producer's order: the other warpgroup's tiles'
+                # k-blocks sit between this one's in the ring.
+                read = step * k_blocks
+                if step > 0:
+                    # Not before the other warpgroup has passed its last full barrier:
+                    # a slot's full barrier then runs at most one phase ahead of this
+                    # warpgroup's parity, which is all a parity wait can tell apart.
+                    my_turn.arrive_and_wait()
             # Keep one wgmma batch in flight: wait for the previous k-block's wgmma
             # (not this one's) before releasing the previous slot.
             for kb in cutlass.range(kb_count, unroll=1):
@@ -414,6 +461,9 @@ class Sm90Gemm(GemmKernelBase):
                 if kb > 0:
                     ring.warp_release(read - 1, lane_signals, cm * cn > 1)
                 read += 1
+            if cutlass.const_expr(self.pingpong):
+                if step + 1 < steps:
+                    their_turn.arrive()  # the next tile is theirs; this one's epilogue overlaps it
             cute.nvgpu.warpgroup.wait_group(0)
             if kb_count > 0:
                 ring.warp_release(read - 1, lane_signals, cm * cn > 1)
@@ -436,17 +486,22 @@ class Sm90Gemm(GemmKernelBase):
                     tma_d, 0, cute.make_layout(1), cute.group_modes(sD, 0, 2), gD_epi
                 )
                 epi_subtiles = cute.size(gD_epi, mode=[1])
+                # The accumulator fragment runs along N first, then down the 64-row
+                # blocks a ping-pong tile repeats; gD_epi counts sub-tiles down M first.
+                rows_of_subtiles = cute.size(gD_epi, mode=[1, 0])
+                columns_of_subtiles = epi_subtiles // rows_of_subtiles
                 for e in cutlass.range_constexpr(epi_subtiles):
+                    e_d = e // columns_of_subtiles + rows_of_subtiles * (e % columns_of_subtiles)
                     for v in cutlass.range_constexpr(frag_size):
                         tRS_rAcc[v] = tRS_acc[e * frag_size + v]
                     tRS_rD.store(tRS_rAcc.load().to(self.d_dtype))
-                    buf = epi_count % self.epi_stages
+                    buf = first_buffer + epi_count % self.epi_stages
                     cute.copy(r2s, tRS_rD, tRS_sD[(None, None, None, buf)])
-                    tma_store_subtile(tma_d, tDsD[(None, buf)], tDgD[(None, e)], epi_barrier, is_store_warp,
+                    tma_store_subtile(tma_d, tDsD[(None, buf)], tDgD[(None, e_d)], epi_barrier, is_store_warp,
                                       self.epi_stages)
                     epi_count += 1
                 self.trace_point(TracePoint.TILE_STORED, flags, read)
-            step += 1
+            step += step_stride
         if is_store_warp:
             cute.arch.cp_async_bulk_wait_group(0, read=True)
         self.trace_point(TracePoint.EXIT, flags, read)

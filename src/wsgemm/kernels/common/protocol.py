@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ... import hardware
-from ...config import KernelSpec, consumer_warpgroups, cta_pair
+from ...config import KernelSpec, cta_pair, tile_warpgroups
 from ...errors import ConfigError
 from .pipeline import empty_arrivals, release_mask
 
@@ -46,7 +46,8 @@ def sm90_counts(spec: KernelSpec, init_empty=None) -> list[BarrierCount]:
     """Barrier counts of the SM90 kernel. ``init_empty`` overrides what the kernel
     would initialise ``empty`` with (to show the check catches a wrong count)."""
     c = spec.config
-    warps = consumer_warpgroups(c) * hardware.WARPS_PER_WARPGROUP
+    # The consumer warps that read one slot: those sharing a tile.
+    warps = tile_warpgroups(c) * hardware.WARPS_PER_WARPGROUP
     initialised = empty_arrivals(c.cluster_m, c.cluster_n, 1, warps) if init_empty is None else init_empty
     counts = []
     for m, n in _ctas(spec):
