@@ -266,6 +266,14 @@ def test_pingpong_operand_majors_fp32_out_and_batches(a_major, b_major):
     check(out, a, b, dtype=torch.float32)
 
 
+def test_the_default_path_runs_short_k_loops_on_pingpong_consumers():
+    a, b = rand(4096, 256), rand(256, 4096)
+    assert wsgemm.api.make_plan(a, b, None, None, None).spec.config.pingpong
+    check(run(a, b), a, b)
+    out = torch.full((4096, 4096), float("nan"), device="cuda", dtype=torch.bfloat16)
+    check_graph_replays(lambda: wsgemm.gemm(a, b, out=out), [a, b], [out], lambda: check(out, a, b))
+
+
 def test_results_are_deterministic():
     a, b = rand(1536, 1536), rand(1536, 1536)
     first = wsgemm.gemm(a, b)

@@ -4,7 +4,8 @@ import pytest
 
 from wsgemm import config as cfg
 from wsgemm.heuristics import (BAND_CLUSTERS, SPARE_EPILOGUE_BUFFERS, candidates_to_time, choose_config,
-                               estimate_seconds, ranked_sm90_configs, with_spare_epilogue_buffers)
+                               estimate_seconds, pingpong_variant, ranked_sm90_configs,
+                               with_spare_epilogue_buffers)
 
 H200_SMS = 132
 
@@ -198,3 +199,19 @@ def test_spare_epilogue_buffers_where_measured_and_only_on_sm90():
     # 128x192: 5 stages of 40 KB leave room for 2 buffers only (NOTES section 18: 6 % slower with 4).
     assert with_spare_epilogue_buffers("sm90", cfg.GemmConfig(tile_n=192), "bf16", "bf16").epi_stages == 2
     assert with_spare_epilogue_buffers("sm100", cfg.GemmConfig(), "bf16", "bf16") == cfg.GemmConfig()
+
+
+def test_pingpong_variants_narrow_128_row_tiles_and_get_no_spare_epilogue_buffers():
+    """A ping-pong warpgroup holds a whole tile: 128x256 becomes 128x128, 64-row tiles
+    keep their width; split or streamed tiles have no ping-pong variant. Each
+    warpgroup's epilogue already overlaps the other's mainloop: two buffers each
+    (NOTES section 19)."""
+    variant = pingpong_variant(cfg.GemmConfig(cluster_m=2, epi_stages=4, stages=4))
+    assert variant == cfg.GemmConfig(tile_n=128, cluster_m=2, pingpong=True)
+    assert pingpong_variant(cfg.GemmConfig(tile_m=64, tile_n=224)).tile_n == 224
+    assert pingpong_variant(cfg.GemmConfig(split_k=2)) is None
+    assert pingpong_variant(cfg.GemmConfig(stream_k=True)) is None
+    assert with_spare_epilogue_buffers("sm90", variant, "bf16", "bf16") == variant
+    for tile_m in cfg.SM90_TILE_M:
+        for tile_n in cfg.SM90_TILE_N:
+            _resolved(pingpong_variant(cfg.GemmConfig(tile_m=tile_m, tile_n=tile_n)), "fp32")  # builds

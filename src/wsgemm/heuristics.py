@@ -304,14 +304,31 @@ STREAM_K_MIN_WAVES = 6
 # short: on an H200, streaming 128x256 c2x1 tiles was 9 % slower at K = 128, 5 % at
 # K = 512, 2 % at K = 1024-2048 and 2 % faster at 8192^3 (NOTES section 18).
 STREAM_K_MIN_K_BLOCKS = 64
+# Ping-pong consumers (``GemmConfig.pingpong``) for k-loops of at most this many
+# k-blocks (K <= 768), where a tile's epilogue is long against its mainloop and
+# cooperative consumers leave the tensor cores idle through it. Measured on an H200
+# (benchmarks/NOTES.md section 19), the default's 128x256 tiles against their
+# ping-pong variant (128x128) at 8192x8192: 8 % faster at K = 128, 16 % at 256, 10 %
+# at 384, 8 % at 512, 3 % at 768, even at 1024, 11 % slower at 4096 (64 wgmma rows
+# per warpgroup: the wider tile's operand reads per FLOP are lower).
+PINGPONG_MAX_K_BLOCKS = 12
+# ... and only for tile grids of at least this many waves: a warpgroup's epilogue
+# overlaps the other's mainloop only on an SM that runs two tiles or more.
+PINGPONG_MIN_WAVES = 2
 
 
 def with_launch_policy(arch: str, config: GemmConfig, m: int, n: int, k: int, batches: int,
                        sm_count: int) -> GemmConfig:
     """How a configuration wsgemm chose (table, model or autotuner; a caller's config
     is used as given) is launched on the kernel's own (``m``, ``n``, ``k``,
-    ``batches``) problem: stream-K for the last wave of a long run, and programmatic
-    dependent launch (``GemmConfig.dependent_launch``).
+    ``batches``) problem: ping-pong consumers for short k-loops, stream-K for the last
+    wave of a long run, and programmatic dependent launch
+    (``GemmConfig.dependent_launch``).
+
+    **Ping-pong consumers** (:func:`pingpong_variant`) for k-loops of at most
+    ``PINGPONG_MAX_K_BLOCKS`` over at least ``PINGPONG_MIN_WAVES`` waves of tiles, for
+    unbatched problems: batched ones measured from 4 % slower (L = 64, 512x512x512)
+    to 1 % faster (L = 64, 1024x1024x128).
 
     **Stream-K** from ``STREAM_K_MIN_WAVES`` whole waves up, when the last wave is
     partial: its tiles' k-blocks are dealt out over every SM instead of leaving the
@@ -329,10 +346,14 @@ def with_launch_policy(arch: str, config: GemmConfig, m: int, n: int, k: int, ba
     """
     if arch != "sm90":
         return config
+    k_blocks = ceil_div(k, config.tile_k)
+    pingpong = pingpong_variant(config) if batches == 1 and k_blocks <= PINGPONG_MAX_K_BLOCKS else None
+    if pingpong is not None and (TileGrid.for_problem(m, n, batches, pingpong).units
+                                 >= PINGPONG_MIN_WAVES * resident_clusters(sm_count, pingpong.cluster_size)):
+        config = pingpong
     units = TileGrid.for_problem(m, n, batches, config).units
     slots = resident_clusters(sm_count, config.cluster_size)
-    k_blocks = ceil_div(k, config.tile_k)
-    if (config.split_k == 1 and units % slots and units // slots >= STREAM_K_MIN_WAVES
+    if (config.split_k == 1 and not config.pingpong and units % slots and units // slots >= STREAM_K_MIN_WAVES
             and k_blocks >= STREAM_K_MIN_K_BLOCKS and stream_k.fits_int32(units, slots, k_blocks)):
         config = dataclasses.replace(config, stream_k=True)
     if not config.has_workspace and config.tile_m == 64 and 64 <= config.tile_n <= 128:
@@ -356,15 +377,29 @@ def with_spare_epilogue_buffers(arch: str, config: GemmConfig, ab_dtype: str, ou
     Measured on an H200 (benchmarks/NOTES.md section 18): 3-9 % faster on short-K and
     batched K = 128 problems, within +-2 % elsewhere where no stage was given up;
     where the buffers would cost a stage (128x192 tiles at M = 512) up to 6 % slower,
-    so not there. SM90 only: the SM100 kernel's epilogue is unmeasured.
+    so not there. SM90 only: the SM100 kernel's epilogue is unmeasured. Not with
+    ping-pong consumers, whose epilogues overlap the other warpgroup's mainloop: two
+    buffers each measured as fast as four (NOTES section 19).
     """
-    if arch != "sm90" or config.epi_stages >= SPARE_EPILOGUE_BUFFERS:
+    if arch != "sm90" or config.epi_stages >= SPARE_EPILOGUE_BUFFERS or config.pingpong:
         return config
     # The budget does not depend on the operands' majors.
     ring = smem_budget(KernelSpec(arch, ab_dtype, out_dtype, "k", "k", "n", config))
     more = dataclasses.replace(config, stages=ring.stages, epi_stages=SPARE_EPILOGUE_BUFFERS)
     budget = smem_budget(KernelSpec(arch, ab_dtype, out_dtype, "k", "k", "n", more))
     return more if budget.total_bytes <= budget.capacity_bytes else config
+
+
+def pingpong_variant(config: GemmConfig) -> GemmConfig | None:
+    """``config`` with ping-pong consumers (``GemmConfig.pingpong``): 128-row tiles
+    narrowed to 128 wide, since a warpgroup then holds a whole tile's accumulators,
+    two epilogue buffers per warpgroup and the ring as deep as then fits; ``None`` for
+    a configuration whose tiles are split or streamed (pieces meet in a workspace,
+    which ping-pong consumers do not run)."""
+    if config.has_workspace:
+        return None
+    tile_n = min(config.tile_n, 128) if config.tile_m == 128 else config.tile_n
+    return dataclasses.replace(config, tile_n=tile_n, pingpong=True, stages=None, epi_stages=2)
 
 
 def as_launched(arch: str, config: GemmConfig, m: int, n: int, k: int, batches: int, sm_count: int,
