@@ -31,6 +31,27 @@ import wsgemm  # noqa: E402
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
 
+# Significant digits a results file keeps of each float: run-to-run noise on the GPU
+# is ~1 %, so more digits only make the committed files (and the tree) larger.
+RESULT_DIGITS = 5
+
+
+def rounded(value):
+    """``value`` (JSON-like) with every float rounded to ``RESULT_DIGITS`` significant digits."""
+    if isinstance(value, float):
+        return float(f"{value:.{RESULT_DIGITS}g}")
+    if isinstance(value, dict):
+        return {key: rounded(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [rounded(item) for item in value]
+    return value
+
+
+def results_json(report: dict) -> str:
+    """A results file's text: compact (no indentation), floats :func:`rounded`."""
+    return json.dumps(rounded(report), separators=(",", ":")) + "\n"
+
+
 def gpu_state() -> dict:
     fields = "clocks.sm,clocks.mem,temperature.gpu,power.draw"
     try:

@@ -32,7 +32,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_gemm import DTYPES, environment, gpu_state, summarize, time_interleaved  # noqa: E402
+from bench_gemm import DTYPES, environment, gpu_state, results_json, summarize, time_interleaved  # noqa: E402
 
 import plot  # noqa: E402
 import shapes  # noqa: E402
@@ -377,7 +377,7 @@ def main(argv=None) -> int:
             break
         row = run_problem(problem, impls, args, flush, l2_bytes)
         report["rows"].append(row)
-        json_path.write_text(json.dumps(report, indent=1) + "\n")
+        json_path.write_text(results_json(report))
         r = plot.ratio(row, plot.SUBJECT)
         status = f"{problem.label}: wsgemm/torch " + ("-" if r is None else f"{r:.3f}x")
         if bar is None:
@@ -389,7 +389,7 @@ def main(argv=None) -> int:
         bar.close()
     report["gpu_after"] = gpu_state()
     report["elapsed_s"] = time.monotonic() - start
-    json_path.write_text(json.dumps(report, indent=1) + "\n")
+    json_path.write_text(results_json(report))
     md_path, png_path = plot.write_outputs(report, json_path)
     print(md_path.read_text())
     print(f"wrote {json_path}, {md_path}, {png_path}")
