@@ -18,6 +18,7 @@ from wsgemm.model import (
     build_kernel,
     explore_exhaustively,
     explore_randomly,
+    fault_applies,
 )
 from wsgemm.model.__main__ import main as model_main
 from wsgemm.model.ops import Arrive, TmaLoad, TryWait, Wait
@@ -56,6 +57,32 @@ def test_sm100_every_interleaving_is_safe(size, policy):
 @pytest.mark.parametrize("policy", POLICIES, ids=lambda p: p.value)
 def test_sm90_two_consumer_warpgroups_are_safe(policy):
     assert_proved_safe(PipelineSpec(Structure.SM90, 2, 2, 3, policy, consumer_warpgroups=2))
+
+
+@pytest.mark.parametrize("policy", POLICIES, ids=lambda p: p.value)
+@pytest.mark.parametrize("size", [(2, 2, 2), (2, 4, 2), (3, 3, 3)], ids=lambda s: "x".join(map(str, s)))
+def test_pingpong_consumers_are_safe_over_several_turns(size, policy):
+    assert_proved_safe(PipelineSpec(Structure.SM90_PINGPONG, *size, policy))
+
+
+def test_pingpong_slots_belong_to_their_tiles_warpgroup():
+    """Tile i's k-blocks are read, and their slots released, by consumer i % 2 alone:
+    empty[s] counts one warpgroup's 4 warps; each tile is stored whole, once."""
+    kernel = build_kernel(PipelineSpec(Structure.SM90_PINGPONG, 2, 3, 2))
+    assert [kernel.readers(kb) for kb in range(6)] == [{1}, {1}, {2}, {2}, {1}, {1}]
+    assert kernel.barrier_counts[kernel.barrier_names.index("empty[0]")] == 4
+    assert kernel.tile_parts == 1
+    releases = [op for op in kernel.programs[2] if isinstance(op, Arrive)]
+    assert [(kernel.barrier_names[op.barrier], op.phase) for op in releases] == [("empty[0]", 1), ("empty[1]", 1)]
+
+
+def test_pingpong_without_turns_passes_a_parity_wait_two_phases_early():
+    """Consumer 1's first wait is for k-block 2 (slot 0, phase 1, parity 1). Without
+    its turn, it can wait before slot 0's barrier completed phase 0, and a fresh
+    barrier's parity-1 wait passes at once: it reads bytes that never landed."""
+    spec = PipelineSpec(Structure.SM90_PINGPONG, 2, 2, 2, fault=Fault.SKIPS_MAINLOOP_TURN)
+    finding = explore_exhaustively(spec).findings[Violation.READ_BEFORE_LANDED]
+    assert "consumer1 read slot 0 for k-block 2" in finding.message
 
 
 @pytest.mark.parametrize("acc_stages", [1, 3])
@@ -105,11 +132,12 @@ FAULTS = [
     (Fault.CONSUMER_PARITY_FLIPPED, Violation.READ_BEFORE_LANDED),
     (Fault.EARLY_SLOT_RELEASE, Violation.STAGE_OVERWRITTEN),
     (Fault.EARLY_ACC_RELEASE, Violation.ACC_OVERWRITTEN),
+    (Fault.SKIPS_MAINLOOP_TURN, Violation.READ_BEFORE_LANDED),
 ]
 FAULT_CASES = [
     (structure, fault, expected, policy)
     for (fault, expected), structure, policy in itertools.product(FAULTS, Structure, POLICIES)
-    if not (fault is Fault.EARLY_ACC_RELEASE and structure is Structure.SM90)
+    if fault_applies(fault, structure)
 ]
 
 
@@ -205,6 +233,7 @@ def test_programs_use_the_stage_arithmetic():
 @pytest.mark.parametrize("kwargs, message", [
     (dict(stages=0), "stages must be a positive int"),
     (dict(structure="sm90", fault="early_acc_release"), "needs Structure.SM100"),
+    (dict(structure="sm90", fault="skips_mainloop_turn"), "needs Structure.SM90_PINGPONG"),
     (dict(structure="sm90", warps_per_warpgroup=1, fault="release_count_low"), "at least 2 arrivals"),
 ])
 def test_spec_rejects_what_cannot_be_modelled(kwargs, message):

@@ -1,7 +1,8 @@
 """A CPU model of wsgemm's pipelines: runs on any machine, no GPU.
 
 * :mod:`.mbarrier` -- PTX mbarrier semantics (phases, parity waits, transaction bytes).
-* :mod:`.spec`, :mod:`.roles` -- the warp roles of the SM90 and SM100 kernels, written
+* :mod:`.spec`, :mod:`.roles` -- the warp roles of the SM90 kernel (cooperative and
+  ping-pong consumers) and the SM100 kernel, written
   like the kernels (same stage/parity functions, same look-ahead policies), with
   optional planted bugs (:class:`Fault`).
 * :mod:`.machine`, :mod:`.checker` -- every interleaving of those roles and of the
@@ -18,7 +19,7 @@ from .checker import CheckResult, Finding, explore_exhaustively, explore_randoml
 from .machine import Machine, ProtocolViolation, Violation
 from .mbarrier import EarlyArrivalError, Mbarrier, MbarrierError, OverArrivalError, WouldBlock
 from .roles import KernelModel, build_kernel
-from .spec import Fault, PipelineSpec, Structure
+from .spec import Fault, PipelineSpec, Structure, fault_applies
 from .timeline import (
     Latencies,
     Timeline,
@@ -51,6 +52,7 @@ __all__ = [
     "draw_gantt",
     "explore_exhaustively",
     "explore_randomly",
+    "fault_applies",
     "format_report",
     "simulate",
     "timeline_spec",

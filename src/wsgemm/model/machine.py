@@ -106,6 +106,7 @@ class Machine:
         self.mmas_completed = [0] * kernel.mma_queues
         self.commits_in_flight: frozenset[PendingCommit] = frozenset()
         self.stores = [0] * (kernel.spec.tiles * kernel.tile_parts)
+        self.turns_handed_over = 0  # ping-pong: mainloops handed to the other warpgroup
 
     def clone(self) -> "Machine":
         other = object.__new__(Machine)
@@ -119,7 +120,8 @@ class Machine:
         """Everything that decides what can happen next, as one hashable value."""
         return (tuple(self.pcs), tuple(self.tokens), tuple(self.barriers), tuple(self.slots),
                 tuple(self.accumulators), self.copies_in_flight, tuple(self.mma_queues),
-                tuple(self.mmas_completed), self.commits_in_flight, tuple(self.stores))
+                tuple(self.mmas_completed), self.commits_in_flight, tuple(self.stores),
+                self.turns_handed_over)
 
     # -- stepping ------------------------------------------------------------------
 
@@ -213,7 +215,7 @@ class Machine:
                     f"TMA load of k-block {op.kblock} into slot {op.slot} while {names} "
                     f"still read k-block {slot.kblock} there",
                 )
-            self.slots[op.slot] = Slot(op.kblock, 0, self.kernel.slot_readers)
+            self.slots[op.slot] = Slot(op.kblock, 0, self.kernel.readers(op.kblock))
         self.copies_in_flight = self.copies_in_flight | {TmaCopy(op.slot, op.kblock, op.operand, op.barrier, op.nbytes, op.phase)}
 
     def issue_mma(self, role: int, op) -> None:

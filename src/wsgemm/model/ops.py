@@ -201,6 +201,39 @@ class ReadAccumulator(Op):
         return f"read accumulator {self.acc} (tile {self.tile})"
 
 
+# -- ping-pong turns ------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class WaitTurn(Op):
+    """Ping-pong: ``bar.sync`` on this warpgroup's turn barrier before the mainloop of
+    the CTA's ``tile``-th work item: the mainloops of tiles 0..tile-1 were handed over."""
+
+    tile: int
+
+    def ready(self, m, role):
+        return m.turns_handed_over >= self.tile
+
+    def run(self, m, role):
+        pass
+
+    def describe(self, m):
+        return f"wait for the turn of tile {self.tile}"
+
+
+@dataclass(frozen=True)
+class PassTurn(Op):
+    """Ping-pong: ``bar.arrive`` on the other warpgroup's turn barrier once this one has
+    issued its tile's last MMA."""
+
+    tile: int
+
+    def run(self, m, role):
+        m.turns_handed_over += 1
+
+    def describe(self, m):
+        return f"hand the mainloop over after tile {self.tile}"
+
+
 @dataclass(frozen=True)
 class StoreTile(Op):
     """Write this role's part of output tile ``tile`` from accumulator ``acc``.

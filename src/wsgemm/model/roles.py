@@ -6,6 +6,7 @@ Which role code each function mirrors:
 * :func:`producer`, :func:`produce_k_blocks` -- ``Sm90Gemm.producer`` /
   ``Sm100Gemm.producer`` and ``kernels/common/pipeline.produce_k_blocks``;
 * :func:`sm90_consumer` -- ``Sm90Gemm.consumer`` (its epilogue reduced to one store);
+* :func:`sm90_pingpong_consumer` -- ``Sm90Gemm.consumer`` with ``config.pingpong``;
 * :func:`sm100_mma`, :func:`sm100_epilogue` -- ``Sm100Gemm.mma`` / ``Sm100Gemm.epilogue``.
 
 :class:`RingModel` plays ``SmemRing`` and ``AccRing``: the same calls, with slot and
@@ -31,12 +32,14 @@ from .ops import (
     Commit,
     IssueMma,
     Op,
+    PassTurn,
     ReadAccumulator,
     StoreTile,
     TmaLoad,
     TryWait,
     Wait,
     WaitMmas,
+    WaitTurn,
 )
 from .spec import Fault, PipelineSpec, Structure
 
@@ -175,6 +178,35 @@ def sm90_consumer(spec: PipelineSpec, ring: RingModel, warpgroup: int) -> Progra
         yield StoreTile(tile, warpgroup, warpgroup, reads_accumulator=True)
 
 
+def sm90_pingpong_consumer(spec: PipelineSpec, ring: RingModel, warpgroup: int) -> Program:
+    """One of two ping-pong wgmma warpgroups: the CTA's tiles ``warpgroup``,
+    ``warpgroup + 2``, ... whole, each mainloop after the other warpgroup handed its
+    turn over, and the whole tile stored from its own accumulators."""
+    warps = spec.warps_per_warpgroup
+    early = spec.fault is Fault.EARLY_SLOT_RELEASE
+    takes_turns = spec.fault is not Fault.SKIPS_MAINLOOP_TURN
+    for tile in range(warpgroup, spec.tiles, 2):
+        read = tile * spec.k_blocks  # the other warpgroup's k-blocks sit in between
+        if tile > 0 and takes_turns:
+            yield WaitTurn(tile)
+        for kb in range(spec.k_blocks):
+            yield ring.consumer_try_wait(read)
+            yield ring.consumer_wait(read, token_valid=True)
+            yield IssueMma(ring.slot(read), read, warpgroup, tile, first=kb == 0)
+            if early:
+                yield ring.release(read, warps)  # FAULT: its wgmma may still be reading
+            yield WaitMmas(1)
+            if kb > 0 and not early:
+                yield ring.release(read - 1, warps)
+            read += 1
+        if tile + 1 < spec.tiles and takes_turns:
+            yield PassTurn(tile)
+        yield WaitMmas(0)
+        if not early:
+            yield ring.release(read - 1, warps)
+        yield StoreTile(tile, 0, warpgroup, reads_accumulator=True)
+
+
 # -- SM100 MMA warp and epilogue ------------------------------------------------------------
 
 def sm100_mma(spec: PipelineSpec, ring: RingModel, acc_ring: RingModel) -> Program:
@@ -231,6 +263,9 @@ class KernelModel:
     barrier_names: tuple[str, ...]
     barrier_counts: tuple[int, ...]  # mbarrier.init count of each barrier
     slot_readers: frozenset[int]  # roles whose MMAs read every ring slot
+    # Ping-pong: the roles that read the k-blocks of the CTA's tile i are
+    # ``readers_by_tile[i % 2]`` (None: ``slot_readers`` read every k-block).
+    readers_by_tile: tuple[frozenset[int], ...] | None
     accumulators: int  # SM90: one per consumer warpgroup; SM100: acc_stages buffers
     # The in-order MMA completion queue each role issues into (None: issues no MMAs).
     role_queues: tuple[int | None, ...]
@@ -243,6 +278,12 @@ class KernelModel:
     @property
     def copies_per_stage(self) -> int:
         return 2  # A and B
+
+    def readers(self, kblock: int) -> frozenset[int]:
+        """Roles whose MMAs will read the slot that hand-over ``kblock`` fills."""
+        if self.readers_by_tile is None:
+            return self.slot_readers
+        return self.readers_by_tile[kblock // self.spec.k_blocks % len(self.readers_by_tile)]
 
 
 def build_kernel(spec: PipelineSpec) -> KernelModel:
@@ -270,6 +311,11 @@ def build_kernel(spec: PipelineSpec) -> KernelModel:
         programs = [producer(spec, ring), *(sm90_consumer(spec, ring, w) for w in range(wgs))]
         readers, accumulators, parts = frozenset(range(1, 1 + wgs)), wgs, wgs
         queues = (None, *range(wgs))
+    elif spec.structure is Structure.SM90_PINGPONG:
+        role_names = ("producer", "consumer0", "consumer1")
+        programs = [producer(spec, ring), *(sm90_pingpong_consumer(spec, ring, w) for w in (0, 1))]
+        readers, accumulators, parts = frozenset({1, 2}), 2, 1
+        queues = (None, 0, 1)
     else:
         acc_ring = RingModel(barriers("acc_full", spec.acc_stages, 1),
                              barriers("acc_empty", spec.acc_stages, spec.acc_empty_count),
@@ -285,6 +331,7 @@ def build_kernel(spec: PipelineSpec) -> KernelModel:
         barrier_names=tuple(names),
         barrier_counts=tuple(counts),
         slot_readers=readers,
+        readers_by_tile=(frozenset({1}), frozenset({2})) if spec.structure is Structure.SM90_PINGPONG else None,
         accumulators=accumulators,
         role_queues=queues,
         tile_parts=parts,

@@ -21,6 +21,9 @@ class Structure(str, enum.Enum):
 
     # TMA producer -> smem ring -> wgmma consumer warpgroups, each storing its own rows.
     SM90 = "sm90"
+    # The same ring read by two wgmma warpgroups that own alternate tiles whole and
+    # take turns at the mainloop (GemmConfig.pingpong).
+    SM90_PINGPONG = "sm90_pingpong"
     # TMA producer -> smem ring -> MMA warp -> accumulator ring (tensor memory) -> epilogue warps.
     SM100 = "sm100"
 
@@ -47,6 +50,22 @@ class Fault(str, enum.Enum):
     EARLY_SLOT_RELEASE = "early_slot_release"
     # (d) SM100 only: the epilogue releases an accumulator buffer before reading it.
     EARLY_ACC_RELEASE = "early_acc_release"
+    # (e) Ping-pong only: a warpgroup starts its tile's mainloop without waiting for
+    #     its turn, so its parity waits on the shared full[s] may see a phase two laps
+    #     old as the one it wants.
+    SKIPS_MAINLOOP_TURN = "skips_mainloop_turn"
+
+
+# Faults that exist in one structure only: (that structure, why).
+FAULT_ONLY_IN = {
+    Fault.EARLY_ACC_RELEASE: (Structure.SM100, "SM90 has no accumulator ring"),
+    Fault.SKIPS_MAINLOOP_TURN: (Structure.SM90_PINGPONG, "only ping-pong consumers take turns"),
+}
+
+
+def fault_applies(fault: Fault, structure: Structure) -> bool:
+    """Whether ``fault`` can be planted in ``structure``'s roles."""
+    return FAULT_ONLY_IN.get(fault, (structure,))[0] is structure
 
 
 @dataclass(frozen=True)
@@ -59,7 +78,8 @@ class PipelineSpec:
     tiles: int = 2  # output tiles this CTA computes (persistent kernel)
     k_blocks: int = 2  # k-blocks per output tile
     lookahead: Lookahead = Lookahead.BEFORE_COPY
-    # SM90: consumer warpgroups, each releasing a slot with one arrival per warp.
+    # SM90: consumer warpgroups, each releasing a slot with one arrival per warp
+    # (ping-pong: always two, and a slot is released by the one that read it).
     consumer_warpgroups: int = 1
     warps_per_warpgroup: int = hardware.WARPS_PER_WARPGROUP
     # SM100: tensor-memory accumulator buffers and the warps that drain them (one per
@@ -81,8 +101,11 @@ class PipelineSpec:
             value = getattr(self, name)
             if not isinstance(value, int) or value < 1:
                 raise ValueError(f"PipelineSpec.{name} must be a positive int, got {value!r}")
-        if self.fault is Fault.EARLY_ACC_RELEASE and self.structure is not Structure.SM100:
-            raise ValueError("Fault.EARLY_ACC_RELEASE needs Structure.SM100: SM90 has no accumulator ring")
+        if self.fault is not None and not fault_applies(self.fault, self.structure):
+            only, why = FAULT_ONLY_IN[self.fault]
+            raise ValueError(f"Fault.{self.fault.name} needs Structure.{only.name}: {why}")
+        if self.structure is Structure.SM90_PINGPONG:
+            object.__setattr__(self, "consumer_warpgroups", 2)
         if self.fault is Fault.RELEASE_COUNT_LOW and self.release_arrivals < 2:
             raise ValueError(
                 f"Fault.RELEASE_COUNT_LOW needs at least 2 arrivals per release (got "
@@ -97,6 +120,8 @@ class PipelineSpec:
         (SM90 empty[s], SM100 acc_empty[b])."""
         if self.structure is Structure.SM90:
             return self.consumer_warpgroups * self.warps_per_warpgroup
+        if self.structure is Structure.SM90_PINGPONG:
+            return self.warps_per_warpgroup  # only the warpgroup that read the slot
         return self.epilogue_warps
 
     @property
@@ -107,7 +132,7 @@ class PipelineSpec:
     def empty_count(self) -> int:
         """``mbarrier.init`` count of each ``empty[s]``, as the kernel computes it
         for a single CTA (SM90: one arrival per consumer warp; SM100: one commit)."""
-        if self.structure is Structure.SM90:
+        if self.structure is not Structure.SM100:
             return empty_arrivals(1, 1, 1, self.release_arrivals) + self._release_count_shift
         return empty_arrivals(1, 1, 1, 1)
 

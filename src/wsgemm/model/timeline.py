@@ -362,7 +362,9 @@ class _Simulation:
         if isinstance(op, IssueMma):
             queue = self.kernel.role_queues[role]
             start = max(t, self.tensor_core_free)
-            self.tensor_core_free = start + lat.mma_us_per_kblock / self.kernel.mma_queues
+            # Cooperative warpgroups each issue their rows' share of a k-block.
+            share = len(self.kernel.readers(op.kblock))
+            self.tensor_core_free = start + lat.mma_us_per_kblock / share
             self.mma_ends[queue].append(self.tensor_core_free)
             self.rows["tensor core"].append(Interval(start, self.tensor_core_free, "mma"))
         for commit in m.commits_in_flight - commits_before:
