@@ -31,3 +31,12 @@ def test_inspect_reports_a_stream_k_kernel_and_its_fix_up(tmp_path, capsys):
     assert "red.release.gpu x1" in report
     assert main(["inspect", "--arch", "sm_90a", "--stream-k", "--split-k", "2", "--out", str(tmp_path)]) == 2
     assert "the last wave is either split or streamed" in capsys.readouterr().err
+
+
+def test_inspect_reports_a_pingpong_kernel_and_rejects_a_tile_it_cannot_hold(tmp_path, capsys):
+    assert main(["inspect", "--arch", "sm_90a", "--tile", "128x128x64", "--pingpong", "--out", str(tmp_path)]) == 0
+    report = capsys.readouterr().out
+    assert "_pingpong" in report and "ping-pong: each runs every other tile whole" in report
+    assert "128 for accumulators" in report
+    assert main(["inspect", "--arch", "sm_90a", "--tile", "128x256x64", "--pingpong", "--out", str(tmp_path)]) == 2
+    assert "or pingpong=False" in capsys.readouterr().err

@@ -31,6 +31,8 @@ def _add_config_args(p: argparse.ArgumentParser) -> None:
                    help="programmatic dependent launch (sm90): griddepcontrol.wait / launch_dependents")
     p.add_argument("--split-k", type=int, default=1, help="split the last partial wave's tiles (sm90)")
     p.add_argument("--stream-k", action="store_true", help="stream the last partial wave's k-blocks (sm90)")
+    p.add_argument("--pingpong", action="store_true",
+                   help="ping-pong consumers (sm90): each consumer warpgroup runs every other tile")
 
 
 def _config_from_args(args) -> cfg.GemmConfig:
@@ -38,7 +40,7 @@ def _config_from_args(args) -> cfg.GemmConfig:
     cm, cn = (int(x) for x in args.cluster.split("x"))
     return cfg.GemmConfig(tile_m=tm, tile_n=tn, tile_k=tk, cluster_m=cm, cluster_n=cn,
                           stages=args.stages, lookahead=args.lookahead, dependent_launch=args.dependent_launch,
-                          split_k=args.split_k, stream_k=args.stream_k)
+                          split_k=args.split_k, stream_k=args.stream_k, pingpong=args.pingpong)
 
 
 def describe_spec(spec: cfg.KernelSpec) -> list[str]:
@@ -49,9 +51,11 @@ def describe_spec(spec: cfg.KernelSpec) -> list[str]:
     if spec.arch == "sm90":
         regs = cfg.sm90_register_budget(c)
         wgs = cfg.consumer_warpgroups(c)
+        sharing = ("ping-pong: each runs every other tile whole" if c.pingpong
+                   else "cooperative: 64 rows of each tile apiece")
         lines += [
             f"  warp roles : warpgroup 0 = TMA producer (warp 0 issues, {regs.producer_registers} regs/thread); "
-            f"warpgroups 1..{wgs} = wgmma consumers + epilogue ({regs.consumer_registers} regs/thread, "
+            f"warpgroups 1..{wgs} = wgmma consumers + epilogue, {sharing} ({regs.consumer_registers} regs/thread, "
             f"{regs.accumulator_registers} for accumulators)",
         ]
     else:
