@@ -43,7 +43,8 @@ TOLERANCE = {"bf16": 1e-2, "fp16": 2e-3}  # relative Frobenius error vs fp32, as
 FLUSH_BYTES = 512 * 1024 * 1024  # as bench_gemm.py: several times the 50-60 MB L2 of an H100/H200
 IMPLEMENTATIONS = ("wsgemm", "wsgemm-autotune", "torch.matmul", "triton", "quack")
 # Run only when named in --impls: wsgemm with one feature switched on or off, for side-by-side ablations.
-ABLATIONS = ("wsgemm-pdl", "wsgemm-nopdl", "wsgemm-streamk", "wsgemm-nostreamk", "wsgemm-epi4")
+ABLATIONS = ("wsgemm-pdl", "wsgemm-nopdl", "wsgemm-streamk", "wsgemm-nostreamk", "wsgemm-epi4", "wsgemm-pingpong",
+             "wsgemm-cooperative")
 PEAK_SIZE = 8192  # the "measured peak": cuBLAS on a bf16 cube large enough to saturate the GPU
 
 # Dense BF16 tensor-core peak in TFLOP/s. NVIDIA H100 Tensor Core GPU datasheet (H100
@@ -101,19 +102,27 @@ def quack_gemm(autotune: bool):
     return (lambda a, b: gemm(a, b, tuned=autotune)), f"quack {version}, quack.gemm_interface.gemm, {note}"
 
 
-def default_config_with(**changes):
+def default_config_with(change=None, policy=None, **changes):
     """f(a, b): wsgemm with the configuration its default path picks for these
-    operands, changed by ``changes`` (looked up once per shape and layout)."""
+    operands, changed by ``changes`` or by ``change(config)`` (which may return
+    None: no change), looked up once per shape and layout. ``policy``: constants of
+    ``wsgemm.heuristics`` set to other values while the default is looked up."""
+    import contextlib
     import dataclasses
+    from unittest import mock
 
     configs = {}
 
     def gemm(a, b):
         key = (a.shape, a.stride(), b.shape, b.stride())
         if key not in configs:
-            plan = wsgemm.api.make_plan(a, b, None, None, None)
-            configs[key] = None if plan.spec is None else dataclasses.replace(
-                plan.spec.config, swap_ab=plan.mode == "swap", **changes)
+            with mock.patch.multiple(wsgemm.heuristics, **policy) if policy else contextlib.nullcontext():
+                plan = wsgemm.api.make_plan(a, b, None, None, None)
+            config = None
+            if plan.spec is not None:
+                config = dataclasses.replace(plan.spec.config, swap_ab=plan.mode == "swap", **changes)
+                config = (change(config) if change else None) or config
+            configs[key] = config
         return wsgemm.gemm(a, b, config=configs[key])
 
     return gemm
@@ -147,6 +156,13 @@ def build_implementations(wanted: list[str], quack_autotune: bool) -> tuple[dict
     offer("wsgemm-epi4", default_config_with(epi_stages=4, stages=None),
           "wsgemm's default configuration for each shape, with 4 epilogue buffers (GemmConfig.epi_stages=4) "
           "and as many ring stages as then fit")
+    offer("wsgemm-pingpong", default_config_with(wsgemm.heuristics.pingpong_variant),
+          "wsgemm's default configuration for each shape with ping-pong consumers "
+          "(heuristics.pingpong_variant: 128-row tiles at most 128 wide, 2 epilogue buffers per warpgroup); "
+          "unchanged where the default splits or streams its tiles")
+    offer("wsgemm-cooperative", default_config_with(policy={"PINGPONG_MAX_K_BLOCKS": 0}),
+          "wsgemm's default configuration for each shape as chosen without ping-pong consumers "
+          "(heuristics.PINGPONG_MAX_K_BLOCKS = 0)")
     offer("torch.matmul", torch.matmul, f"cuBLAS via torch {torch.__version__}, TF32 off")
     if triton_matmul.available():
         offer("triton", triton_matmul.matmul, "benchmarks/triton_matmul.py: persistent, TMA descriptors "
