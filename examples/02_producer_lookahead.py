@@ -41,7 +41,7 @@ print("\n2. Every interleaving, every policy (stages x tiles x k-blocks = 3 x 2 
 for structure in Structure:
     for policy in Lookahead:
         result = explore_exhaustively(PipelineSpec(structure, 3, 2, 3, policy))
-        print(f"   {structure.value:6} {policy.value:12} {result.summary()}")
+        print(f"   {structure.value:13} {policy.value:12} {result.summary()}")
 
 print("\n3. A planted bug: the producer skips the wait although its probe said 'not ready'")
 result = explore_exhaustively(PipelineSpec(Structure.SM90, 2, 2, 2, fault=Fault.TRUSTS_UNREADY_TOKEN))

@@ -42,4 +42,5 @@ def test_example_runs(path, tmp_path):
     if gpu_example and not sm90_gpu_present():
         assert NO_GPU_MESSAGE in done.stdout
     if path.name.startswith("02_") and "No charts" not in done.stdout:
-        assert sorted(p.name for p in tmp_path.glob("*.png")) == ["lookahead-sm100.png", "lookahead-sm90.png"]
+        assert sorted(p.name for p in tmp_path.glob("*.png")) == [
+            "lookahead-sm100.png", "lookahead-sm90.png", "lookahead-sm90_pingpong.png"]
