@@ -102,11 +102,11 @@ def quack_gemm(autotune: bool):
     return (lambda a, b: gemm(a, b, tuned=autotune)), f"quack {version}, quack.gemm_interface.gemm, {note}"
 
 
-def default_config_with(change=None, policy=None, **changes):
+def default_config_with(policy=None, **changes):
     """f(a, b): wsgemm with the configuration its default path picks for these
-    operands, changed by ``changes`` or by ``change(config)`` (which may return
-    None: no change), looked up once per shape and layout. ``policy``: constants of
-    ``wsgemm.heuristics`` set to other values while the default is looked up."""
+    operands, changed by ``changes``, looked up once per shape and layout.
+    ``policy``: constants of ``wsgemm.heuristics`` set to other values while the
+    default is looked up."""
     import contextlib
     import dataclasses
     from unittest import mock
@@ -118,11 +118,8 @@ def default_config_with(change=None, policy=None, **changes):
         if key not in configs:
             with mock.patch.multiple(wsgemm.heuristics, **policy) if policy else contextlib.nullcontext():
                 plan = wsgemm.api.make_plan(a, b, None, None, None)
-            config = None
-            if plan.spec is not None:
-                config = dataclasses.replace(plan.spec.config, swap_ab=plan.mode == "swap", **changes)
-                config = (change(config) if change else None) or config
-            configs[key] = config
+            configs[key] = None if plan.spec is None else dataclasses.replace(
+                plan.spec.config, swap_ab=plan.mode == "swap", **changes)
         return wsgemm.gemm(a, b, config=configs[key])
 
     return gemm
@@ -156,10 +153,10 @@ def build_implementations(wanted: list[str], quack_autotune: bool) -> tuple[dict
     offer("wsgemm-epi4", default_config_with(epi_stages=4, stages=None),
           "wsgemm's default configuration for each shape, with 4 epilogue buffers (GemmConfig.epi_stages=4) "
           "and as many ring stages as then fit")
-    offer("wsgemm-pingpong", default_config_with(wsgemm.heuristics.pingpong_variant),
-          "wsgemm's default configuration for each shape with ping-pong consumers "
-          "(heuristics.pingpong_variant: 128-row tiles at most 128 wide, 2 epilogue buffers per warpgroup); "
-          "unchanged where the default splits or streams its tiles")
+    offer("wsgemm-pingpong", default_config_with(policy={"PINGPONG_MAX_K_BLOCKS": 2**31}),
+          "wsgemm's default configuration for each shape as chosen with ping-pong consumers at any K "
+          "(heuristics.PINGPONG_MAX_K_BLOCKS unbounded: every unbatched problem of two or more waves "
+          "whose chosen tiles are not split)")
     offer("wsgemm-cooperative", default_config_with(policy={"PINGPONG_MAX_K_BLOCKS": 0}),
           "wsgemm's default configuration for each shape as chosen without ping-pong consumers "
           "(heuristics.PINGPONG_MAX_K_BLOCKS = 0)")

@@ -276,22 +276,13 @@ def test_ablations_use_the_default_config_with_one_change(suite, monkeypatch):
     calls.clear()
     suite.default_config_with(epi_stages=4, stages=None)(a, b)
     assert calls == [GemmConfig(tile_m=128, tile_n=192, epi_stages=4, swap_ab=True)]
-    # Ping-pong consumers: the default's ping-pong variant, or the default where it has none.
-    chosen = GemmConfig(tile_m=128, tile_n=256, cluster_m=2, stages=4, epi_stages=4)
-    calls.clear()
-    suite.default_config_with(suite.wsgemm.heuristics.pingpong_variant)(a, b)
-    assert calls == [GemmConfig(tile_m=128, tile_n=128, cluster_m=2, pingpong=True, swap_ab=True)]
-    chosen = GemmConfig(tile_m=128, tile_n=16, split_k=4)
-    calls.clear()
-    suite.default_config_with(suite.wsgemm.heuristics.pingpong_variant)(a, b)
-    assert calls == [GemmConfig(tile_m=128, tile_n=16, split_k=4, swap_ab=True)]
     # The default as planned with a policy constant changed, then restored.
     seen = []
     monkeypatch.setattr(suite.wsgemm.api, "make_plan", lambda *args: seen.append(
         suite.wsgemm.heuristics.PINGPONG_MAX_K_BLOCKS) or type(
         "Plan", (), {"spec": type("Spec", (), {"config": chosen})(), "mode": "direct"})())
     suite.default_config_with(policy={"PINGPONG_MAX_K_BLOCKS": 0})(a, b)
-    assert seen == [0] and suite.wsgemm.heuristics.PINGPONG_MAX_K_BLOCKS == 12
+    assert seen == [0] and suite.wsgemm.heuristics.PINGPONG_MAX_K_BLOCKS == 24
 
 
 # ------------------------------------------------------------------- config sweeps

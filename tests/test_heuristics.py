@@ -201,17 +201,25 @@ def test_spare_epilogue_buffers_where_measured_and_only_on_sm90():
     assert with_spare_epilogue_buffers("sm100", cfg.GemmConfig(), "bf16", "bf16") == cfg.GemmConfig()
 
 
-def test_pingpong_variants_narrow_128_row_tiles_and_get_no_spare_epilogue_buffers():
-    """A ping-pong warpgroup holds a whole tile: 128x256 becomes 128x128, 64-row tiles
-    keep their width; split or streamed tiles have no ping-pong variant. Each
-    warpgroup's epilogue already overlaps the other's mainloop: two buffers each
-    (NOTES section 19)."""
-    variant = pingpong_variant(cfg.GemmConfig(cluster_m=2, epi_stages=4, stages=4))
-    assert variant == cfg.GemmConfig(tile_n=128, cluster_m=2, pingpong=True)
-    assert pingpong_variant(cfg.GemmConfig(tile_m=64, tile_n=224)).tile_n == 224
-    assert pingpong_variant(cfg.GemmConfig(split_k=2)) is None
-    assert pingpong_variant(cfg.GemmConfig(stream_k=True)) is None
-    assert with_spare_epilogue_buffers("sm90", variant, "bf16", "bf16") == variant
+def test_pingpong_variants_pick_the_tile_width_the_waves_favour():
+    """A ping-pong warpgroup holds a whole tile: 128-row tiles are 192 or 128 wide,
+    whichever leaves the busiest SM less work (128 up to K = 128), with four epilogue
+    buffers; 64-row tiles keep their width and two buffers; split or streamed tiles
+    have no ping-pong variant (NOTES section 19)."""
+    pair = cfg.GemmConfig(cluster_m=2, epi_stages=4, stages=4)
+    # 8192 wide: 43 tiles of 192 (21 waves of 66 clusters) beat 64 of 128 (32 waves).
+    variant = pingpong_variant(pair, 8192, 8192, 512, 1, H200_SMS)
+    assert variant == cfg.GemmConfig(tile_n=192, cluster_m=2, epi_stages=4, pingpong=True)
+    # 4096 wide: 22 tiles of 192 (6 waves, the last a third full) lose to 32 of 128 (8 waves).
+    assert pingpong_variant(pair, 4096, 4096, 512, 1, H200_SMS).tile_n == 128
+    assert pingpong_variant(pair, 8192, 8192, 128, 1, H200_SMS).tile_n == 128  # two k-blocks
+    narrow = pingpong_variant(cfg.GemmConfig(tile_m=64, tile_n=224), 8192, 8192, 512, 1, H200_SMS)
+    assert (narrow.tile_n, narrow.epi_stages) == (224, 2)
+    assert pingpong_variant(cfg.GemmConfig(split_k=2), 8192, 8192, 512, 1, H200_SMS) is None
+    assert pingpong_variant(cfg.GemmConfig(stream_k=True), 8192, 8192, 512, 1, H200_SMS) is None
+    assert with_spare_epilogue_buffers("sm90", narrow, "bf16", "bf16") == narrow
     for tile_m in cfg.SM90_TILE_M:
         for tile_n in cfg.SM90_TILE_N:
-            _resolved(pingpong_variant(cfg.GemmConfig(tile_m=tile_m, tile_n=tile_n)), "fp32")  # builds
+            for k in (128, 1024):
+                given = cfg.GemmConfig(tile_m=tile_m, tile_n=tile_n)
+                _resolved(pingpong_variant(given, 8192, 8192, k, 1, H200_SMS), "fp32")  # builds

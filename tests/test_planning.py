@@ -194,10 +194,10 @@ def test_the_launch_policy_streams_the_last_wave_of_long_runs_only():
 
 
 def test_short_k_plans_get_spare_epilogue_buffers_and_a_callers_config_does_not():
-    """8192x8192x1024 writes a 64 KB output tile per 16 k-blocks: the chosen 128x256
+    """8192x8192x2048 writes a 64 KB output tile per 32 k-blocks: the chosen 128x256
     tile gets four epilogue buffers (NOTES section 18); a caller's config is used as
     given."""
-    a, b = meta(8192, 1024), meta(1024, 8192)
+    a, b = meta(8192, 2048), meta(2048, 8192)
     _, spec, _ = plan(a, b, gpu="NVIDIA H200")
     assert (spec.config.tile_n, spec.config.stages, spec.config.epi_stages, spec.config.pingpong) == (256, 4, 4, False)
     _, given, _ = plan(a, b, GemmConfig(tile_m=128, tile_n=256, cluster_m=2), gpu="NVIDIA H200")
@@ -205,24 +205,26 @@ def test_short_k_plans_get_spare_epilogue_buffers_and_a_callers_config_does_not(
 
 
 def test_the_launch_policy_runs_short_k_loops_on_pingpong_consumers():
-    """Up to 12 k-blocks, unbatched, two waves of tiles or more: the chosen config's
-    ping-pong variant (128x256 -> 128x128, two epilogue buffers per warpgroup, the
-    cluster kept; NOTES section 19). Not at 13 k-blocks, not for batched problems or a
-    single wave, not for split tiles, never for a caller's config or on sm100."""
+    """Up to 24 k-blocks, unbatched, two waves of tiles or more: the chosen config's
+    ping-pong variant (128x256 -> 128x192 or 128x128, four epilogue buffers per
+    warpgroup, the cluster kept; NOTES section 19). Not at 25 k-blocks, not for
+    batched problems or a single wave, not for split tiles, never for a caller's
+    config or on sm100."""
     pair = GemmConfig(tile_m=128, tile_n=256, cluster_m=2)
-    short = with_launch_policy("sm90", pair, 8192, 8192, 12 * 64, 1, 132)
-    assert short == GemmConfig(tile_m=128, tile_n=128, cluster_m=2, pingpong=True)
+    short = with_launch_policy("sm90", pair, 8192, 8192, 24 * 64, 1, 132)
+    assert short == GemmConfig(tile_m=128, tile_n=192, cluster_m=2, epi_stages=4, pingpong=True)
     assert with_launch_policy("sm90", GemmConfig(tile_m=64, tile_n=256), 8192, 8192, 128, 1, 132).pingpong
-    assert not with_launch_policy("sm90", pair, 8192, 8192, 12 * 64 + 1, 1, 132).pingpong
+    assert not with_launch_policy("sm90", pair, 8192, 8192, 24 * 64 + 1, 1, 132).pingpong
     assert not with_launch_policy("sm90", pair, 8192, 8192, 256, 8, 132).pingpong  # batched
-    # 1024x4096 in 128x128 tiles paired along M: 128 units, under two waves of 66 clusters.
+    # 1024x4096 in 128x192 or 128x128 tiles paired along M: 88 or 128 units, under two
+    # waves of 66 clusters.
     assert not with_launch_policy("sm90", pair, 1024, 4096, 256, 1, 132).pingpong
-    assert with_launch_policy("sm90", pair, 2048, 4096, 256, 1, 132).pingpong  # 256 units
+    assert with_launch_policy("sm90", pair, 2048, 4096, 256, 1, 132).pingpong
     assert not with_launch_policy("sm90", GemmConfig(split_k=2), 8192, 8192, 256, 1, 132).pingpong
     assert not with_launch_policy("sm100", pair, 8192, 8192, 256, 1, 132).pingpong
     a, b = meta(8192, 256), meta(256, 8192)
     _, spec, _ = plan(a, b, gpu="NVIDIA H200")
-    assert spec.config == GemmConfig(tile_m=128, tile_n=128, cluster_m=2, stages=6, pingpong=True)
+    assert spec.config == GemmConfig(tile_m=128, tile_n=192, cluster_m=2, stages=4, epi_stages=4, pingpong=True)
     _, given, _ = plan(a, b, pair, gpu="NVIDIA H200")
     assert not given.config.pingpong and given.config.tile_n == 256
     # Ping-pong tiles are never streamed: their pieces would have to meet in a workspace.

@@ -305,13 +305,18 @@ STREAM_K_MIN_WAVES = 6
 # K = 512, 2 % at K = 1024-2048 and 2 % faster at 8192^3 (NOTES section 18).
 STREAM_K_MIN_K_BLOCKS = 64
 # Ping-pong consumers (``GemmConfig.pingpong``) for k-loops of at most this many
-# k-blocks (K <= 768), where a tile's epilogue is long against its mainloop and
+# k-blocks (K <= 1536), where a tile's epilogue is long against its mainloop and
 # cooperative consumers leave the tensor cores idle through it. Measured on an H200
-# (benchmarks/NOTES.md section 19), the default's 128x256 tiles against their
-# ping-pong variant (128x128) at 8192x8192: 8 % faster at K = 128, 16 % at 256, 10 %
-# at 384, 8 % at 512, 3 % at 768, even at 1024, 11 % slower at 4096 (64 wgmma rows
-# per warpgroup: the wider tile's operand reads per FLOP are lower).
-PINGPONG_MAX_K_BLOCKS = 12
+# (benchmarks/NOTES.md section 19), 128x192 ping-pong against the default's 128x256
+# cooperative tiles at 8192x8192: 17 % faster at K = 512, 9 % at 1024, 7 % at 1536,
+# 1 % at 2048 (within the noise) and 3 % at 3072 and 8192.
+PINGPONG_MAX_K_BLOCKS = 24
+# ... 128x128 tiles up to this many (K <= 128): 2-5 % faster there than 128x192.
+PINGPONG_NARROW_MAX_K_BLOCKS = 2
+# Relative speed per filled SM of the 128-row ping-pong tiles (fitted at 8192x8192,
+# K = 512 and 1024, to the measured ratio after the waves): a 64-row wgmma of a
+# 128-wide tile reads 12 % more shared memory per FLOP than one of a 192-wide tile.
+PINGPONG_TILE_SPEED = {192: 1.0, 128: 0.93}
 # ... and only for tile grids of at least this many waves: a warpgroup's epilogue
 # overlaps the other's mainloop only on an SM that runs two tiles or more.
 PINGPONG_MIN_WAVES = 2
@@ -327,8 +332,8 @@ def with_launch_policy(arch: str, config: GemmConfig, m: int, n: int, k: int, ba
 
     **Ping-pong consumers** (:func:`pingpong_variant`) for k-loops of at most
     ``PINGPONG_MAX_K_BLOCKS`` over at least ``PINGPONG_MIN_WAVES`` waves of tiles, for
-    unbatched problems: batched ones measured from 4 % slower (L = 64, 512x512x512)
-    to 1 % faster (L = 64, 1024x1024x128).
+    unbatched problems: batched ones measured (with 128x128 ping-pong tiles) from 4 %
+    slower (L = 64, 512x512x512) to 1 % faster (L = 64, 1024x1024x128).
 
     **Stream-K** from ``STREAM_K_MIN_WAVES`` whole waves up, when the last wave is
     partial: its tiles' k-blocks are dealt out over every SM instead of leaving the
@@ -347,7 +352,9 @@ def with_launch_policy(arch: str, config: GemmConfig, m: int, n: int, k: int, ba
     if arch != "sm90":
         return config
     k_blocks = ceil_div(k, config.tile_k)
-    pingpong = pingpong_variant(config) if batches == 1 and k_blocks <= PINGPONG_MAX_K_BLOCKS else None
+    pingpong = None
+    if batches == 1 and k_blocks <= PINGPONG_MAX_K_BLOCKS:
+        pingpong = pingpong_variant(config, m, n, k, batches, sm_count)
     if pingpong is not None and (TileGrid.for_problem(m, n, batches, pingpong).units
                                  >= PINGPONG_MIN_WAVES * resident_clusters(sm_count, pingpong.cluster_size)):
         config = pingpong
@@ -378,8 +385,7 @@ def with_spare_epilogue_buffers(arch: str, config: GemmConfig, ab_dtype: str, ou
     batched K = 128 problems, within +-2 % elsewhere where no stage was given up;
     where the buffers would cost a stage (128x192 tiles at M = 512) up to 6 % slower,
     so not there. SM90 only: the SM100 kernel's epilogue is unmeasured. Not with
-    ping-pong consumers, whose epilogues overlap the other warpgroup's mainloop: two
-    buffers each measured as fast as four (NOTES section 19).
+    ping-pong consumers: :func:`pingpong_variant` chooses theirs (NOTES section 19).
     """
     if arch != "sm90" or config.epi_stages >= SPARE_EPILOGUE_BUFFERS or config.pingpong:
         return config
@@ -390,16 +396,37 @@ def with_spare_epilogue_buffers(arch: str, config: GemmConfig, ab_dtype: str, ou
     return more if budget.total_bytes <= budget.capacity_bytes else config
 
 
-def pingpong_variant(config: GemmConfig) -> GemmConfig | None:
-    """``config`` with ping-pong consumers (``GemmConfig.pingpong``): 128-row tiles
-    narrowed to 128 wide, since a warpgroup then holds a whole tile's accumulators,
-    two epilogue buffers per warpgroup and the ring as deep as then fits; ``None`` for
-    a configuration whose tiles are split or streamed (pieces meet in a workspace,
-    which ping-pong consumers do not run)."""
+def pingpong_variant(config: GemmConfig, m: int, n: int, k: int, batches: int,
+                     sm_count: int) -> GemmConfig | None:
+    """``config`` with ping-pong consumers (``GemmConfig.pingpong``) for the kernel's
+    (``m``, ``n``, ``k``, ``batches``) problem, its cluster and raster kept; ``None``
+    for a configuration whose tiles are split or streamed (pieces meet in a
+    workspace, which ping-pong consumers do not run).
+
+    A warpgroup holds a whole tile's accumulators, so 128-row tiles are 192 or 128
+    wide: 128 for k-loops of at most ``PINGPONG_NARROW_MAX_K_BLOCKS``, else whichever
+    leaves the busiest SM less work after the waves (``PINGPONG_TILE_SPEED``). They
+    get four epilogue buffers per warpgroup (2-4 % faster than two at K = 128-1024;
+    they cost 128x128 no stage and 128x192 one). 64-row tiles keep their width and
+    two buffers (64x256 ping-pong was 5-10 % slower with four). The ring is as deep as
+    then fits.
+    """
     if config.has_workspace:
         return None
-    tile_n = min(config.tile_n, 128) if config.tile_m == 128 else config.tile_n
-    return dataclasses.replace(config, tile_n=tile_n, pingpong=True, stages=None, epi_stages=2)
+    base = dataclasses.replace(config, pingpong=True, stages=None, epi_stages=2)
+    if config.tile_m != 128:
+        return base
+    if ceil_div(k, config.tile_k) <= PINGPONG_NARROW_MAX_K_BLOCKS:
+        return dataclasses.replace(base, tile_n=128, epi_stages=SPARE_EPILOGUE_BUFFERS)
+    slots = resident_clusters(sm_count, config.cluster_size)
+
+    def busiest_sm_work(tile_n: int) -> float:
+        units = TileGrid.for_problem(m, n, batches, dataclasses.replace(base, tile_n=tile_n)).units
+        return ceil_div(units, slots) * tile_n / PINGPONG_TILE_SPEED[tile_n]
+
+    # Ties (equal work) go to the wider tile, first in the dict.
+    tile_n = min(PINGPONG_TILE_SPEED, key=busiest_sm_work)
+    return dataclasses.replace(base, tile_n=tile_n, epi_stages=SPARE_EPILOGUE_BUFFERS)
 
 
 def as_launched(arch: str, config: GemmConfig, m: int, n: int, k: int, batches: int, sm_count: int,
