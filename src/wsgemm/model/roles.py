@@ -155,26 +155,38 @@ def produce_k_blocks(spec: PipelineSpec, ring: RingModel, count: int, probed: bo
 
 # -- SM90 consumers ---------------------------------------------------------------------
 
-def sm90_consumer(spec: PipelineSpec, ring: RingModel, warpgroup: int) -> Program:
-    """One wgmma warpgroup: keeps one k-block's MMAs in flight and releases the
-    *previous* slot once they retired; then stores its rows of the tile."""
+def _sm90_k_loop(spec: PipelineSpec, ring: RingModel, warpgroup: int, tile: int, first_read: int) -> Program:
+    """One tile's k-loop in a wgmma warpgroup (both SM90 consumers): keeps one
+    k-block's MMAs in flight and releases the *previous* slot once they retired."""
     warps = spec.warps_per_warpgroup
     early = spec.fault is Fault.EARLY_SLOT_RELEASE
-    read = 0  # k-blocks consumed so far, across tiles
-    for tile in range(spec.tiles):
-        for kb in range(spec.k_blocks):
-            yield ring.consumer_try_wait(read)
-            yield ring.consumer_wait(read, token_valid=True)
-            yield IssueMma(ring.slot(read), read, warpgroup, tile, first=kb == 0)
-            if early:
-                yield ring.release(read, warps)  # FAULT: its wgmma may still be reading
-            yield WaitMmas(1)
-            if kb > 0 and not early:
-                yield ring.release(read - 1, warps)
-            read += 1
-        yield WaitMmas(0)
-        if not early:
+    read = first_read  # the running hand-over counter, across tiles
+    for kb in range(spec.k_blocks):
+        yield ring.consumer_try_wait(read)
+        yield ring.consumer_wait(read, token_valid=True)
+        yield IssueMma(ring.slot(read), read, warpgroup, tile, first=kb == 0)
+        if early:
+            yield ring.release(read, warps)  # FAULT: its wgmma may still be reading
+        yield WaitMmas(1)
+        if kb > 0 and not early:
             yield ring.release(read - 1, warps)
+        read += 1
+
+
+def _sm90_retire(spec: PipelineSpec, ring: RingModel, last_read: int) -> Program:
+    """After a tile's k-loop: ``wait_group(0)``, then release its last slot."""
+    yield WaitMmas(0)
+    if spec.fault is not Fault.EARLY_SLOT_RELEASE:
+        yield ring.release(last_read, spec.warps_per_warpgroup)
+
+
+def sm90_consumer(spec: PipelineSpec, ring: RingModel, warpgroup: int) -> Program:
+    """One cooperative wgmma warpgroup: every tile's k-loop, then the store of its
+    rows of the tile."""
+    for tile in range(spec.tiles):
+        read = tile * spec.k_blocks
+        yield from _sm90_k_loop(spec, ring, warpgroup, tile, read)
+        yield from _sm90_retire(spec, ring, read + spec.k_blocks - 1)
         yield StoreTile(tile, warpgroup, warpgroup, reads_accumulator=True)
 
 
@@ -182,28 +194,15 @@ def sm90_pingpong_consumer(spec: PipelineSpec, ring: RingModel, warpgroup: int) 
     """One of two ping-pong wgmma warpgroups: the CTA's tiles ``warpgroup``,
     ``warpgroup + 2``, ... whole, each mainloop after the other warpgroup handed its
     turn over, and the whole tile stored from its own accumulators."""
-    warps = spec.warps_per_warpgroup
-    early = spec.fault is Fault.EARLY_SLOT_RELEASE
     takes_turns = spec.fault is not Fault.SKIPS_MAINLOOP_TURN
     for tile in range(warpgroup, spec.tiles, 2):
         read = tile * spec.k_blocks  # the other warpgroup's k-blocks sit in between
         if tile > 0 and takes_turns:
             yield WaitTurn(tile)
-        for kb in range(spec.k_blocks):
-            yield ring.consumer_try_wait(read)
-            yield ring.consumer_wait(read, token_valid=True)
-            yield IssueMma(ring.slot(read), read, warpgroup, tile, first=kb == 0)
-            if early:
-                yield ring.release(read, warps)  # FAULT: its wgmma may still be reading
-            yield WaitMmas(1)
-            if kb > 0 and not early:
-                yield ring.release(read - 1, warps)
-            read += 1
+        yield from _sm90_k_loop(spec, ring, warpgroup, tile, read)
         if tile + 1 < spec.tiles and takes_turns:
             yield PassTurn(tile)
-        yield WaitMmas(0)
-        if not early:
-            yield ring.release(read - 1, warps)
+        yield from _sm90_retire(spec, ring, read + spec.k_blocks - 1)
         yield StoreTile(tile, 0, warpgroup, reads_accumulator=True)
 
 
