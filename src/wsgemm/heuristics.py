@@ -406,7 +406,7 @@ def pingpong_variant(config: GemmConfig, m: int, n: int, k: int, batches: int,
     A warpgroup holds a whole tile's accumulators, so 128-row tiles are 192 or 128
     wide: 128 for k-loops of at most ``PINGPONG_NARROW_MAX_K_BLOCKS``, else whichever
     leaves the busiest SM less work after the waves (``PINGPONG_TILE_SPEED``). They
-    get four epilogue buffers per warpgroup (2-4 % faster than two at K = 128-1024;
+    get four epilogue buffers per warpgroup (1-4 % faster than two at K = 128-1024;
     they cost 128x128 no stage and 128x192 one). 64-row tiles keep their width and
     two buffers (64x256 ping-pong was 5-10 % slower with four). The ring is as deep as
     then fits.

@@ -443,8 +443,9 @@ class Sm90Gemm(GemmKernelBase):
                 read = step * k_blocks
                 if step > 0:
                     # Not before the other warpgroup has passed its last full barrier:
-                    # a slot's full barrier then runs at most one phase ahead of this
-                    # warpgroup's parity, which is all a parity wait can tell apart.
+                    # every slot's full barrier has then completed the phase before the
+                    # one this warpgroup waits for, and a parity wait can only tell a
+                    # phase from the one before it.
                     my_turn.arrive_and_wait()
             # Keep one wgmma batch in flight: wait for the previous k-block's wgmma
             # (not this one's) before releasing the previous slot.
