@@ -29,8 +29,15 @@ import statistics
 from wsgemm import GemmConfig
 from wsgemm import config as cfg
 from wsgemm.compile import compile_spec
-from wsgemm.model import (Fault, PipelineSpec, Structure, Violation, explore_exhaustively, simulate,
-                          timeline_spec)
+from wsgemm.model import (
+    Fault,
+    PipelineSpec,
+    Structure,
+    Violation,
+    explore_exhaustively,
+    simulate,
+    timeline_spec,
+)
 
 COOPERATIVE = GemmConfig(tile_m=128, tile_n=256, cluster_m=2, epi_stages=4)
 PINGPONG = GemmConfig(tile_m=128, tile_n=192, cluster_m=2, epi_stages=4, pingpong=True)
