@@ -5,8 +5,7 @@ Used to choose the defaults in ``wsgemm/heuristics.py``; results go to
 
 Without a grid, a hand-picked set (``--set``: the 8192^3 candidates, or knobs at
 cuBLAS's own config for 512x4096x4096); with ``--tiles`` (and
-optionally ``--clusters``, ``--splits``, ``--stages``, ``--epi-stages``, ``--epi-n``, ``--late-wait``,
-``--pingpong``, ``--swap``, ``--swizzles``) every
+optionally ``--clusters``, ``--splits``, ``--stages``, ``--epi-stages``, ``--swap``, ``--swizzles``) every
 combination that the kernel accepts:
 
     python benchmarks/sweep_configs.py --shapes 8192x8192x8192
@@ -78,24 +77,21 @@ HAND_PICKED = {
 
 
 def grid(tiles: str, clusters: str, splits: str, stages: str = "auto", swaps: str = "0",
-         swizzles: str = "1", epi_stages: str = "2", pingpongs: str = "0", epi_ns: str = "32",
-         late_waits: str = "0") -> dict[str, GemmConfig]:
+         swizzles: str = "1", epi_stages: str = "2", pingpongs: str = "0") -> dict[str, GemmConfig]:
     """Every combination; a swapped config's tile and cluster are in the kernel's terms
     (its M is the problem's N)."""
     pairs = lambda text: [tuple(int(v) for v in item.split("x")) for item in text.split(",") if item]  # noqa: E731
     depths = [None if s == "auto" else int(s) for s in stages.split(",")]
     configs = {}
-    ints = lambda text: [int(s) for s in text.split(",")]  # noqa: E731
-    for swap, (tm, tn), (cm, cn), split, depth, swizzle, epi, pingpong, epi_n, late in itertools.product(
-            [bool(s) for s in ints(swaps)], pairs(tiles), pairs(clusters), ints(splits), depths, ints(swizzles),
-            ints(epi_stages), [bool(s) for s in ints(pingpongs)], ints(epi_ns), [bool(s) for s in ints(late_waits)]):
+    for swap, (tm, tn), (cm, cn), split, depth, swizzle, epi, pingpong in itertools.product(
+            [bool(int(s)) for s in swaps.split(",")], pairs(tiles), pairs(clusters),
+            [int(s) for s in splits.split(",")], depths, [int(s) for s in swizzles.split(",")],
+            [int(s) for s in epi_stages.split(",")], [bool(int(s)) for s in pingpongs.split(",")]):
         label = (("swap " if swap else "") + f"{tm}x{tn} c{cm}x{cn}" + (f" split{split}" if split > 1 else "")
                  + (f" s{depth}" if depth else "") + (f" sw{swizzle}" if swizzle > 1 else "")
-                 + (f" e{epi}" if epi != 2 else "") + (" pingpong" if pingpong else "")
-                 + (f" epin{epi_n}" if epi_n != 32 else "") + (" latewait" if late else ""))
+                 + (f" e{epi}" if epi != 2 else "") + (" pingpong" if pingpong else ""))
         configs[label] = GemmConfig(tile_m=tm, tile_n=tn, cluster_m=cm, cluster_n=cn, split_k=split, stages=depth,
-                                    swap_ab=swap, swizzle=swizzle, epi_stages=epi, pingpong=pingpong, epi_n=epi_n,
-                                    epi_late_wait=late)
+                                    swap_ab=swap, swizzle=swizzle, epi_stages=epi, pingpong=pingpong)
     return configs
 
 
@@ -168,8 +164,6 @@ def main(argv=None) -> int:
     p.add_argument("--stages", default="auto", help="ring depths, e.g. auto,12")
     p.add_argument("--epi-stages", default="2", help="epilogue buffers, e.g. 2,4")
     p.add_argument("--pingpong", default="0", help="0: cooperative consumers, 1: ping-pong, 0,1: both")
-    p.add_argument("--epi-n", default="32", help="epilogue sub-tile widths, e.g. 32,64")
-    p.add_argument("--late-wait", default="0", help="1: GemmConfig.epi_late_wait, 0,1: both")
     p.add_argument("--swap", default="0", help="0: as given, 1: swap_ab (D^T = B^T A^T), 0,1: both")
     p.add_argument("--swizzles", default="1", help="raster band widths in clusters, e.g. 1,4,8")
     p.add_argument("--reps", type=int, default=20)
@@ -177,8 +171,7 @@ def main(argv=None) -> int:
     p.add_argument("--out", default=str(Path(__file__).parent / "results"))
     args = p.parse_args(argv)
     candidates = (grid(args.tiles, args.clusters, args.splits, args.stages, args.swap, args.swizzles,
-                       args.epi_stages, args.pingpong, args.epi_n, args.late_wait)
-                  if args.tiles else HAND_PICKED[args.set])
+                       args.epi_stages, args.pingpong) if args.tiles else HAND_PICKED[args.set])
     dtype = DTYPES[args.dtype]
     flush = torch.empty(128 * 1024 * 1024, device="cuda", dtype=torch.float32)
     shapes = parse_shapes(args.shapes)

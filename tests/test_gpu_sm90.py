@@ -267,36 +267,6 @@ def test_pingpong_operand_majors_fp32_out_and_batches(a_major, b_major):
     check(out, a, b, dtype=torch.float32)
 
 
-# Epilogue variants: 64-column sub-tiles (whole 128-byte rows), and the buffer wait
-# moved to just before a buffer is rewritten; with one buffer, every store must have
-# finished reading before the next sub-tile is written.
-EPILOGUE_CONFIGS = [
-    GemmConfig(cluster_m=2, epi_n=64),
-    GemmConfig(cluster_m=2, epi_late_wait=True),
-    GemmConfig(tile_m=64, tile_n=64, epi_n=64, epi_stages=1, epi_late_wait=True),
-    GemmConfig(cluster_m=2, split_k=2, epi_n=64, epi_late_wait=True),
-    GemmConfig(tile_m=128, tile_n=192, cluster_m=2, pingpong=True, epi_n=64, epi_late_wait=True),
-    GemmConfig(tile_m=128, tile_n=192, cluster_m=2, pingpong=True, epi_stages=1, epi_late_wait=True),
-]
-
-
-@pytest.mark.parametrize("config", EPILOGUE_CONFIGS, ids=lambda c: c.short())
-@pytest.mark.parametrize("m, n, k", [(1000, 1100, 520), (3000, 2900, 1000), (4096, 4096, 64)],
-                         ids=["ragged", "several-tiles", "one-k-block"])
-def test_epilogue_variants(config, m, n, k):
-    a, b = rand(m, k), rand(k, n)
-    check(run(a, b, config=config), a, b)
-
-
-@pytest.mark.parametrize("pingpong", [False, True], ids=["cooperative", "pingpong"])
-def test_epilogue_variants_with_column_major_fp32_out(pingpong):
-    config = GemmConfig(tile_m=128, tile_n=128, cluster_m=2, pingpong=pingpong, epi_n=64, epi_late_wait=True)
-    a, b = layout(rand(700, 390), "col"), layout(rand(390, 900), "col")
-    out = torch.full((900, 700), float("nan"), device="cuda", dtype=torch.float32).t()
-    wsgemm.gemm(a, b, out=out, config=config)
-    check(out, a, b, dtype=torch.float32)
-
-
 def test_the_default_path_runs_short_k_loops_on_pingpong_consumers():
     a, b = rand(4096, 256), rand(256, 4096)
     assert wsgemm.api.make_plan(a, b, None, None, None).spec.config.pingpong

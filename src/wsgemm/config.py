@@ -87,15 +87,6 @@ class GemmConfig:
     # tensor cores idle through every epilogue. Holds a whole tile's accumulators per
     # thread, so it takes tiles of at most 128x192 (64x256); no split-K or stream-K.
     pingpong: bool = False
-    # SM90 only: columns of the sub-tile the epilogue stages through shared memory and
-    # stores with one TMA copy (its rows: 64 per warpgroup sharing the tile). 64
-    # columns of 16-bit output are whole 128-byte rows and half the barriers and TMA
-    # issues of 32, in twice the buffer space.
-    epi_n: int = 32
-    # SM90 only, an experiment (benchmarks/NOTES.md section 20): the store warp waits
-    # for a buffer's previous TMA store right before the buffer is written again,
-    # instead of right after issuing each store.
-    epi_late_wait: bool = False
 
     def __post_init__(self) -> None:
         # Accept the enums' string values, so GemmConfig(lookahead="none") works.
@@ -134,10 +125,6 @@ class GemmConfig:
             name += "_pdl"
         if self.pingpong:
             name += "_pingpong"
-        if self.epi_n != 32:
-            name += f"_epin{self.epi_n}"
-        if self.epi_late_wait:
-            name += "_latewait"
         return name
 
 
@@ -244,7 +231,7 @@ def epilogue_tile(spec: "KernelSpec") -> tuple[int, int]:
         )
     # A sub-tile is what one store step of the threads sharing a tile covers: 64 rows
     # per wgmma warpgroup.
-    return (min(c.tile_m, 64 * tile_warpgroups(c)), min(c.tile_n, c.epi_n))
+    return (min(c.tile_m, 64 * tile_warpgroups(c)), min(c.tile_n, 32))
 
 
 def cta_pair(config: GemmConfig) -> int:
@@ -311,7 +298,6 @@ def sm90_register_budget(config: GemmConfig) -> RegisterBudget:
 
 SM90_TILE_M = (64, 128)
 SM90_TILE_N = (16, 32, 64, 96, 128, 160, 192, 224, 256)
-SM90_EPI_N = (32, 64)
 TILE_K = (64,)
 CLUSTER_DIMS = (1, 2, 4)
 SWIZZLES = (1, 2, 4, 8, 16)
@@ -434,8 +420,6 @@ SM90_ONLY_FEATURES = (
     ("dependent_launch", "programmatic dependent launch", False),
     ("stream_k", "stream-K", False),
     ("pingpong", "ping-pong consumers", False),
-    ("epi_n", "a choice of epilogue sub-tile width", 32),
-    ("epi_late_wait", "the late epilogue buffer wait", False),
 )
 
 
@@ -470,12 +454,6 @@ def _check_sm90(config: GemmConfig) -> None:
             f"thread at most {regs.consumer_registers - SM90_CONSUMER_REGISTER_OVERHEAD} fit; "
             "use a smaller tile_n" + (" or tile_m, or pingpong=False" if config.pingpong else "")
         )
-    _check_choice("epi_n", config.epi_n, SM90_EPI_N)
-    if config.tile_n % config.epi_n and config.tile_n > config.epi_n:
-        raise ConfigError(f"epi_n={config.epi_n} does not divide tile_n={config.tile_n}: the epilogue "
-                          "stores whole sub-tiles; pass epi_n=32")
-    if not isinstance(config.epi_late_wait, bool):
-        raise ConfigError(f"epi_late_wait={config.epi_late_wait!r} must be True or False")
     if config.pingpong and config.has_workspace:
         # A piece of a tile would end in a partial-sum exchange through the workspace,
         # which both warpgroups of a tile join; a ping-pong tile has one.

@@ -52,7 +52,7 @@ from .. import config as cfg
 from .. import hardware
 from .common import scheduler, split_k, stages
 from .common.base import GemmKernelBase
-from .common.epilogue import tma_store_subtile, wait_for_free_buffer
+from .common.epilogue import tma_store_subtile
 from .common.pipeline import SmemRing, empty_arrivals, produce_k_blocks, publish_barrier_init, release_mask
 from .common.views import gemm_views
 
@@ -497,11 +497,9 @@ class Sm90Gemm(GemmKernelBase):
                         tRS_rAcc[v] = tRS_acc[e * frag_size + v]
                     tRS_rD.store(tRS_rAcc.load().to(self.d_dtype))
                     buf = first_buffer + epi_count % self.epi_stages
-                    if cutlass.const_expr(self.config.epi_late_wait):
-                        wait_for_free_buffer(epi_barrier, is_store_warp, self.epi_stages)
                     cute.copy(r2s, tRS_rD, tRS_sD[(None, None, None, buf)])
                     tma_store_subtile(tma_d, tDsD[(None, buf)], tDgD[(None, e_d)], epi_barrier, is_store_warp,
-                                      self.epi_stages, not self.config.epi_late_wait)
+                                      self.epi_stages)
                     epi_count += 1
                 self.trace_point(TracePoint.TILE_STORED, flags, read)
             step += step_stride
