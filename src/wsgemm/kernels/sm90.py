@@ -360,7 +360,11 @@ class Sm90Gemm(GemmKernelBase):
         clusters_m, clusters_n, batches, cta_m, cta_n, cluster_id, num_clusters = sched
         cm, cn = self.config.cluster_m, self.config.cluster_n
         consumer_tidx = tidx - hardware.THREADS_PER_WARPGROUP
-        consumer_wg = consumer_tidx // hardware.THREADS_PER_WARPGROUP
+        # From the warp index, which the kernel made warp-uniform: the ring position and
+        # slot arithmetic derived from it then stays in uniform registers, where wgmma
+        # reads its shared-memory descriptors (from the thread index, every descriptor
+        # took four R2UR moves; benchmarks/NOTES.md section 20).
+        consumer_wg = warp // hardware.WARPS_PER_WARPGROUP - 1
         if cutlass.const_expr(self.config.dependent_launch):
             # The consumers' first global access (D, the split-K workspace) follows a
             # k-block the producer loaded after its own wait; waiting here as well
@@ -427,7 +431,6 @@ class Sm90Gemm(GemmKernelBase):
 
         read = Int32(0)  # k-blocks consumed so far, across tiles
         epi_count = Int32(0)  # epilogue sub-tiles stored so far, rotates sD buffers
-        tiled_mma.set(cute.nvgpu.warpgroup.Field.ACCUMULATE, True)
         splits, stream = self.config.split_k, self.config.stream_k
         units = clusters_m * clusters_n * batches
         steps = scheduler.steps_of_cluster(cluster_id, units, num_clusters, k_blocks, splits, stream)
@@ -436,7 +439,9 @@ class Sm90Gemm(GemmKernelBase):
             unit, _, kb_count, publish_slot, waits, first_slot, flag = scheduler.piece_of_step(
                 step, cluster_id, units, num_clusters, k_blocks, splits, stream)
             tile_m, tile_n, batch = self.tile_of(unit, sched)
-            acc.fill(0.0)
+            if cutlass.const_expr(self.config.has_workspace):
+                if kb_count == 0:  # a piece with no k-blocks contributes zeros
+                    acc.fill(0.0)
             if cutlass.const_expr(self.pingpong):
                 # Whole tiles, in the producer's order: the other warpgroup's tiles'
                 # k-blocks sit between this one's in the ring.
@@ -447,6 +452,9 @@ class Sm90Gemm(GemmKernelBase):
                     # one this warpgroup waits for, and a parity wait can only tell a
                     # phase from the one before it.
                     my_turn.arrive_and_wait()
+            # The tile's first wgmma overwrites the accumulators (scale-d = 0) instead of
+            # adding to zeros: no 2-register clears per tile on the path to the tensor cores.
+            tiled_mma.set(cute.nvgpu.warpgroup.Field.ACCUMULATE, False)
             # Keep one wgmma batch in flight: wait for the previous k-block's wgmma
             # (not this one's) before releasing the previous slot.
             for kb in cutlass.range(kb_count, unroll=1):
@@ -457,6 +465,7 @@ class Sm90Gemm(GemmKernelBase):
                 for ka in cutlass.range_constexpr(k_atoms):
                     coord = (None, None, ka, slot)
                     cute.gemm(tiled_mma, acc, tCrA[coord], tCrB[coord], acc)
+                    tiled_mma.set(cute.nvgpu.warpgroup.Field.ACCUMULATE, True)
                 cute.nvgpu.warpgroup.commit_group()
                 cute.nvgpu.warpgroup.wait_group(1)
                 if kb > 0:
