@@ -206,13 +206,14 @@ def test_short_k_plans_get_spare_epilogue_buffers_and_a_callers_config_does_not(
 
 def test_the_launch_policy_runs_short_k_loops_on_pingpong_consumers():
     """Up to 24 k-blocks, unbatched, two waves of tiles or more: the chosen config's
-    ping-pong variant (128x256 -> 128x192 or 128x128, four epilogue buffers per
-    warpgroup, the cluster kept; NOTES section 19). Not at 25 k-blocks, not for
+    ping-pong variant (128x256 -> 128x192 or 128x128, the cluster kept; NOTES section
+    19), which the plan then gives three epilogue buffers per warpgroup beside a
+    five-stage ring (NOTES section 20). Not at 25 k-blocks, not for
     batched problems or a single wave, not for split tiles, never for a caller's
     config or on sm100."""
     pair = GemmConfig(tile_m=128, tile_n=256, cluster_m=2)
     short = with_launch_policy("sm90", pair, 8192, 8192, 24 * 64, 1, 132)
-    assert short == GemmConfig(tile_m=128, tile_n=192, cluster_m=2, epi_stages=4, pingpong=True)
+    assert short == GemmConfig(tile_m=128, tile_n=192, cluster_m=2, pingpong=True)
     assert with_launch_policy("sm90", GemmConfig(tile_m=64, tile_n=256), 8192, 8192, 128, 1, 132).pingpong
     assert not with_launch_policy("sm90", pair, 8192, 8192, 24 * 64 + 1, 1, 132).pingpong
     assert not with_launch_policy("sm90", pair, 8192, 8192, 256, 8, 132).pingpong  # batched
@@ -224,7 +225,7 @@ def test_the_launch_policy_runs_short_k_loops_on_pingpong_consumers():
     assert not with_launch_policy("sm100", pair, 8192, 8192, 256, 1, 132).pingpong
     a, b = meta(8192, 256), meta(256, 8192)
     _, spec, _ = plan(a, b, gpu="NVIDIA H200")
-    assert spec.config == GemmConfig(tile_m=128, tile_n=192, cluster_m=2, stages=4, epi_stages=4, pingpong=True)
+    assert spec.config == GemmConfig(tile_m=128, tile_n=192, cluster_m=2, stages=5, epi_stages=3, pingpong=True)
     _, given, _ = plan(a, b, pair, gpu="NVIDIA H200")
     assert not given.config.pingpong and given.config.tile_n == 256
     # Ping-pong tiles are never streamed: their pieces would have to meet in a workspace.

@@ -368,15 +368,15 @@ def with_launch_policy(arch: str, config: GemmConfig, m: int, n: int, k: int, ba
     return config
 
 
-# Epilogue buffers a chosen SM90 configuration gets where shared memory has room for
-# them beside its ring (the most the kernel takes).
+# The most epilogue buffers a chosen SM90 configuration gets where shared memory has
+# room for them beside its ring (the most the kernel takes).
 SPARE_EPILOGUE_BUFFERS = 4
 
 
 def with_spare_epilogue_buffers(arch: str, config: GemmConfig, ab_dtype: str, out_dtype: str) -> GemmConfig:
-    """``config`` with ``SPARE_EPILOGUE_BUFFERS`` epilogue buffers instead of its own
-    when they fit in the shared memory its ring leaves free (its ring depth, resolved
-    if it was "as many as fit", is kept), else ``config`` unchanged.
+    """``config`` with the most epilogue buffers, up to ``SPARE_EPILOGUE_BUFFERS``,
+    that fit in the shared memory its ring leaves free (its ring depth, resolved if
+    it was "as many as fit", is kept), else ``config`` unchanged.
 
     The epilogue cycles output sub-tiles through these buffers into TMA stores, and a
     buffer is refilled only once its store has read it: with two, the consumer
@@ -384,16 +384,24 @@ def with_spare_epilogue_buffers(arch: str, config: GemmConfig, ab_dtype: str, ou
     Measured on an H200 (benchmarks/NOTES.md section 18): 3-9 % faster on short-K and
     batched K = 128 problems, within +-2 % elsewhere where no stage was given up;
     where the buffers would cost a stage (128x192 tiles at M = 512) up to 6 % slower,
-    so not there. SM90 only: the SM100 kernel's epilogue is unmeasured. Not with
-    ping-pong consumers: :func:`pingpong_variant` chooses theirs (NOTES section 19).
+    so not there. Ping-pong consumers have a set each: 128x128 tiles get four,
+    128x192 three, which keeps the fifth ring stage that four would take (2-4 %
+    faster at K = 256-1024, NOTES section 20); 64-row ping-pong tiles keep their two
+    (64x256 was 5-10 % slower with four, NOTES section 19). SM90 only: the SM100
+    kernel's epilogue is unmeasured.
     """
-    if arch != "sm90" or config.epi_stages >= SPARE_EPILOGUE_BUFFERS or config.pingpong:
+    if arch != "sm90" or config.epi_stages >= SPARE_EPILOGUE_BUFFERS:
+        return config
+    if config.pingpong and config.tile_m != 128:
         return config
     # The budget does not depend on the operands' majors.
     ring = smem_budget(KernelSpec(arch, ab_dtype, out_dtype, "k", "k", "n", config))
-    more = dataclasses.replace(config, stages=ring.stages, epi_stages=SPARE_EPILOGUE_BUFFERS)
-    budget = smem_budget(KernelSpec(arch, ab_dtype, out_dtype, "k", "k", "n", more))
-    return more if budget.total_bytes <= budget.capacity_bytes else config
+    for buffers in range(SPARE_EPILOGUE_BUFFERS, config.epi_stages, -1):
+        more = dataclasses.replace(config, stages=ring.stages, epi_stages=buffers)
+        budget = smem_budget(KernelSpec(arch, ab_dtype, out_dtype, "k", "k", "n", more))
+        if budget.total_bytes <= budget.capacity_bytes:
+            return more
+    return config
 
 
 def pingpong_variant(config: GemmConfig, m: int, n: int, k: int, batches: int,
@@ -405,11 +413,10 @@ def pingpong_variant(config: GemmConfig, m: int, n: int, k: int, batches: int,
 
     A warpgroup holds a whole tile's accumulators, so 128-row tiles are 192 or 128
     wide: 128 for k-loops of at most ``PINGPONG_NARROW_MAX_K_BLOCKS``, else whichever
-    leaves the busiest SM less work after the waves (``PINGPONG_TILE_SPEED``). They
-    get four epilogue buffers per warpgroup (1-4 % faster than two at K = 128-1024;
-    they cost 128x128 no stage and 128x192 one). 64-row tiles keep their width and
-    two buffers (64x256 ping-pong was 5-10 % slower with four). The ring is as deep as
-    then fits.
+    leaves the busiest SM less work after the waves (``PINGPONG_TILE_SPEED``). 64-row
+    tiles keep their width. The variant has two epilogue buffers per warpgroup and a
+    ring as deep as then fits; :func:`with_spare_epilogue_buffers` then adds the
+    buffers that cost no stage.
     """
     if config.has_workspace:
         return None
@@ -417,7 +424,7 @@ def pingpong_variant(config: GemmConfig, m: int, n: int, k: int, batches: int,
     if config.tile_m != 128:
         return base
     if ceil_div(k, config.tile_k) <= PINGPONG_NARROW_MAX_K_BLOCKS:
-        return dataclasses.replace(base, tile_n=128, epi_stages=SPARE_EPILOGUE_BUFFERS)
+        return dataclasses.replace(base, tile_n=128)
     slots = resident_clusters(sm_count, config.cluster_size)
 
     def busiest_sm_work(tile_n: int) -> float:
@@ -426,7 +433,7 @@ def pingpong_variant(config: GemmConfig, m: int, n: int, k: int, batches: int,
 
     # Ties (equal work) go to the wider tile, first in the dict.
     tile_n = min(PINGPONG_TILE_SPEED, key=busiest_sm_work)
-    return dataclasses.replace(base, tile_n=tile_n, epi_stages=SPARE_EPILOGUE_BUFFERS)
+    return dataclasses.replace(base, tile_n=tile_n)
 
 
 def as_launched(arch: str, config: GemmConfig, m: int, n: int, k: int, batches: int, sm_count: int,
