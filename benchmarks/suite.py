@@ -42,8 +42,8 @@ TOLERANCE = {"bf16": 1e-2, "fp16": 2e-3}  # relative Frobenius error vs fp32, as
 FLUSH_BYTES = 512 * 1024 * 1024  # as bench_gemm.py: several times the 50-60 MB L2 of an H100/H200
 IMPLEMENTATIONS = ("wsgemm", "wsgemm-autotune", "torch.matmul", "triton", "quack")
 # Run only when named in --impls: wsgemm with one feature switched on or off, for side-by-side ablations.
-ABLATIONS = ("wsgemm-pdl", "wsgemm-nopdl", "wsgemm-streamk", "wsgemm-nostreamk", "wsgemm-epi4", "wsgemm-pingpong",
-             "wsgemm-cooperative")
+ABLATIONS = ("wsgemm-pdl", "wsgemm-nopdl", "wsgemm-streamk", "wsgemm-nostreamk", "wsgemm-epi3", "wsgemm-epi4",
+             "wsgemm-pingpong", "wsgemm-cooperative", "wsgemm-base")
 PEAK_SIZE = 8192  # the "measured peak": cuBLAS on a bf16 cube large enough to saturate the GPU
 
 # Dense BF16 tensor-core peak in TFLOP/s. NVIDIA H100 Tensor Core GPU datasheet (H100
@@ -101,6 +101,19 @@ def quack_gemm(autotune: bool):
     return (lambda a, b: gemm(a, b, tuned=autotune)), f"quack {version}, quack.gemm_interface.gemm, {note}"
 
 
+def baseline_gemm():
+    """wsgemm as exported from another commit by ``benchmarks/baseline.py`` (package
+    ``wsgemm_base`` on the path) as f(a, b), and a note naming that commit; (None,
+    reason) when it is not on the path."""
+    try:
+        import wsgemm_base
+    except ModuleNotFoundError as exc:
+        return None, f"not on the path ({exc}); see benchmarks/baseline.py"
+    rev_file = Path(wsgemm_base.__file__).with_name("BASELINE_REV")
+    rev = rev_file.read_text().strip() if rev_file.exists() else "unknown commit"
+    return wsgemm_base.gemm, f"wsgemm at {rev} (benchmarks/baseline.py), default config=None"
+
+
 def default_config_with(policy=None, **changes):
     """f(a, b): wsgemm with the configuration its default path picks for these
     operands, changed by ``changes``, looked up once per shape and layout.
@@ -149,9 +162,10 @@ def build_implementations(wanted: list[str], quack_autotune: bool) -> tuple[dict
     offer("wsgemm-nostreamk", default_config_with(stream_k=False),
           "wsgemm's default configuration for each shape, with GemmConfig.stream_k=False (the launch "
           "policy's stream-K for long runs turned off)")
-    offer("wsgemm-epi4", default_config_with(epi_stages=4, stages=None),
-          "wsgemm's default configuration for each shape, with 4 epilogue buffers (GemmConfig.epi_stages=4) "
-          "and as many ring stages as then fit")
+    for buffers in (3, 4):
+        offer(f"wsgemm-epi{buffers}", default_config_with(epi_stages=buffers, stages=None),
+              f"wsgemm's default configuration for each shape, with {buffers} epilogue buffers "
+              f"(GemmConfig.epi_stages={buffers}) and as many ring stages as then fit")
     offer("wsgemm-pingpong", default_config_with(policy={"PINGPONG_MAX_K_BLOCKS": 2**31}),
           "wsgemm's default configuration for each shape as chosen with ping-pong consumers at any K "
           "(heuristics.PINGPONG_MAX_K_BLOCKS unbounded: every unbatched problem of two or more waves "
@@ -159,6 +173,7 @@ def build_implementations(wanted: list[str], quack_autotune: bool) -> tuple[dict
     offer("wsgemm-cooperative", default_config_with(policy={"PINGPONG_MAX_K_BLOCKS": 0}),
           "wsgemm's default configuration for each shape as chosen without ping-pong consumers "
           "(heuristics.PINGPONG_MAX_K_BLOCKS = 0)")
+    offer("wsgemm-base", *baseline_gemm())
     offer("torch.matmul", torch.matmul, f"cuBLAS via torch {torch.__version__}, TF32 off")
     if triton_matmul.available():
         offer("triton", triton_matmul.matmul, "benchmarks/triton_matmul.py: persistent, TMA descriptors "

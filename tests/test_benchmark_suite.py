@@ -405,3 +405,33 @@ def test_host_overhead_loops_take_turns(monkeypatch):
     assert timed == ["x"] * 3 + ["y"] * 3 + ["x"] * 3 + ["y"] * 3
     assert syncs == [100, 103, 106, 109, 112]
     assert set(result) == {"x", "y"} and all(r["min_us"] <= r["median_us"] <= r["max_us"] for r in result.values())
+
+
+# ----------------------------------------------------------------------------- baseline
+
+
+def test_a_baseline_exports_another_commits_package_beside_this_one(tmp_path):
+    """benchmarks/baseline.py: wsgemm at a commit, importable as ``wsgemm_base`` next
+    to the working tree's ``wsgemm``, with the commit recorded for the suite."""
+    import os
+    import subprocess
+
+    baseline = load("baseline")
+    target = baseline.export("HEAD", tmp_path)
+    assert target == tmp_path / "wsgemm_base"
+    assert (target / "kernels" / "sm90.py").is_file() and not (target / "wsgemm").exists()
+    rev, sha = (target / "BASELINE_REV").read_text().split()
+    assert rev == "HEAD" and len(sha) == 40
+    env = {**os.environ, "PYTHONPATH": f"{tmp_path}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    code = ("import wsgemm, wsgemm_base; print(wsgemm_base.__file__); "
+            "print(wsgemm_base.GemmConfig is not wsgemm.GemmConfig)")
+    out = subprocess.run([sys.executable, "-c", code], env=env, check=True, capture_output=True, text=True).stdout
+    assert out.split() == [str(target / "__init__.py"), "True"]
+    with pytest.raises(subprocess.CalledProcessError):
+        baseline.export("no-such-commit", tmp_path)
+
+
+def test_the_suite_offers_the_baseline_only_when_it_is_on_the_path(suite):
+    fn, note = suite.baseline_gemm()
+    assert fn is None and "benchmarks/baseline.py" in note
+    assert "wsgemm-base" in suite.parse_args(["--impls", "wsgemm,wsgemm-base"]).impls
