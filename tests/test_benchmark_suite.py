@@ -435,3 +435,41 @@ def test_the_suite_offers_the_baseline_only_when_it_is_on_the_path(suite):
     fn, note = suite.baseline_gemm()
     assert fn is None and "benchmarks/baseline.py" in note
     assert "wsgemm-base" in suite.parse_args(["--impls", "wsgemm,wsgemm-base"]).impls
+
+
+# ----------------------------------------------------------------------------- ncu summary
+
+SASS_CSV = '''"Kernel Name","kernel_a",
+"Address","Source","Warp Stall Sampling (All Samples)","Instructions Executed","stall_wait","stall_wait (Not Issued)","stall_barrier"
+"0x1","      R2UR UR4, R16","5","100","5","4","0"
+"0x2","      HGMMA.64x192x16.F32.BF16 R24, gdesc[UR4].tnspB, R24","2","50","0","0","2"
+"0x3","@!P0  R2UR UR5, R17","1","100","1","1","0"
+"Kernel Name","kernel_b",
+"Address","Source","Warp Stall Sampling (All Samples)","Instructions Executed","stall_wait","stall_wait (Not Issued)","stall_barrier"
+"0x1","      HGMMA.64x192x16.F32.BF16 R24, gdesc[UR4].tnspB, R24","7","50","0","0","7"
+'''
+DETAILS = """  kernel_a (2, 1, 66)x(384, 1, 1), Context 1
+    Section: GPU Speed Of Light Throughput
+    Elapsed Cycles                cycle       99,376
+    Memory Throughput                 %        69.44
+    Duration                         us        57.70
+    Memory Throughput                          Tbyte/s         2.06
+  kernel_b (2, 1, 66)x(384, 1, 1), Context 1
+    Duration                         us        53.57
+"""
+
+
+def test_the_ncu_summary_counts_opcodes_and_stalls_per_kernel(tmp_path):
+    summary = load("ncu_summary")
+    (tmp_path / "sass.csv").write_text(SASS_CSV)
+    (tmp_path / "details.txt").write_text(DETAILS)
+    out = tmp_path / "summary.json"
+    summary.main([str(tmp_path / "sass.csv"), "--details", str(tmp_path / "details.txt"), "--out", str(out)])
+    a, b = json.loads(out.read_text())["kernels"]
+    assert a["kernel"] == "kernel_a" and a["instructions_executed"] == 250 and a["stall_samples"] == 8
+    assert a["top_opcodes"] == {"R2UR": 200, "HGMMA": 50}  # predicated instructions count by opcode
+    assert a["stall_reasons"] == {"wait": 6, "barrier": 2}  # "(Not Issued)" columns left out
+    assert [s["index"] for s in a["most_stalled"]] == [0, 1, 2] and a["most_stalled"][0]["reasons"] == {"wait": 5}
+    assert a["speed_of_light"] == {"elapsed_cycles": "99,376 cycle", "memory_throughput": "69.44 %",
+                                   "duration": "57.70 us"}  # the first Memory Throughput row only
+    assert b["top_opcodes"] == {"HGMMA": 50} and b["speed_of_light"] == {"duration": "53.57 us"}

@@ -1,0 +1,69 @@
+"""One call each of wsgemm, cuBLAS and QuACK (if installed) on the same operands,
+inside a profiler range, for Nsight Compute to read the hardware counters of.
+
+Every implementation runs (and compiles) once before the range opens, so only the
+measured calls are profiled:
+
+    ncu --clock-control none --profile-from-start off \\
+        --section SpeedOfLight --section WarpStateStats --section InstructionStats \\
+        --section SourceCounters --import-source no -o /tmp/rep \\
+        python benchmarks/ncu_kernels.py --shape 8192x8192x256
+    ncu -i /tmp/rep.ncu-rep --page source --print-source sass --csv > sass.csv
+    python benchmarks/ncu_summary.py sass.csv --out benchmarks/results/ncu_8192x8192x256.json
+
+``--clock-control none`` leaves the clocks to the GPU, as every timing here does
+(ncu would otherwise lock them at base). docs/profiling.md walks through a profile.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_gemm import DTYPES, parse_shapes  # noqa: E402
+
+import wsgemm  # noqa: E402
+
+
+def implementations(a: torch.Tensor, b: torch.Tensor, wanted: list[str]) -> dict:
+    fns = {"wsgemm": lambda: wsgemm.gemm(a, b), "torch.matmul": lambda: torch.matmul(a, b)}
+    try:
+        from quack.gemm_interface import gemm as quack_gemm
+
+        fns["quack"] = lambda: quack_gemm(a, b, tuned=False)
+    except ImportError:
+        pass
+    return {name: fn for name, fn in fns.items() if name in wanted}
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--shape", default="8192x8192x256", help="MxNxK")
+    p.add_argument("--dtype", default="bf16")
+    p.add_argument("--impls", default="wsgemm,torch.matmul,quack")
+    args = p.parse_args(argv)
+    ((m, n, k),) = parse_shapes(args.shape)
+    dtype = DTYPES[args.dtype]
+    a = torch.randn(m, k, device="cuda").to(dtype)
+    b = torch.randn(k, n, device="cuda").to(dtype)
+    ref = a.float() @ b.float()
+    fns = implementations(a, b, args.impls.split(","))
+    for name, fn in fns.items():  # compile, warm up, and check before profiling
+        error = ((fn().float() - ref).norm() / ref.norm()).item()
+        print(f"{name}: relative error {error:.2e}", flush=True)
+    print("wsgemm plan:", wsgemm.api.make_plan(a, b, None, None, None).spec.config.short(), flush=True)
+    torch.cuda.synchronize()
+    torch.cuda.profiler.start()
+    for fn in fns.values():
+        fn()
+    torch.cuda.synchronize()
+    torch.cuda.profiler.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
