@@ -88,7 +88,10 @@ def summarize_kernel(kernel: dict) -> dict:
         opcodes[opcode(row["Source"])] += count(row["Instructions Executed"])
         for reason in reasons:
             stalls[reason[len(STALL_PREFIX):]] += count(row[reason])
-    samples = lambda row: count(row["Warp Stall Sampling (All Samples)"])  # noqa: E731
+
+    def samples(row: dict) -> int:
+        return count(row["Warp Stall Sampling (All Samples)"])
+
     most_stalled = sorted(range(len(rows)), key=lambda i: -samples(rows[i]))[:TOP_STALLED]
     return {
         "kernel": kernel["name"],
