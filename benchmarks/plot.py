@@ -11,6 +11,7 @@ writes ``suite_llm_decode.md`` and ``suite_llm_decode.png`` beside the JSON.
 from __future__ import annotations
 
 import argparse
+import gzip
 import io
 import json
 import math
@@ -245,9 +246,18 @@ def render_plot(report: dict, path: Path) -> None:
     Image.open(rendered).convert("RGB").quantize(colors=64).save(path, optimize=True)
 
 
+def read_report(json_path: Path) -> dict:
+    """A suite result, from ``<name>.json`` or, as older ablations are kept to save
+    space, gzipped ``<name>.json.gz``."""
+    raw = json_path.read_bytes()
+    return json.loads(gzip.decompress(raw) if json_path.suffix == ".gz" else raw)
+
+
 def write_outputs(report: dict, json_path: Path) -> tuple[Path, Path]:
-    """Write ``<name>.md`` and ``<name>.png`` beside ``json_path``."""
-    md_path, png_path = json_path.with_suffix(".md"), json_path.with_suffix(".png")
+    """Write ``<name>.md`` and ``<name>.png`` beside ``json_path`` (``<name>.json`` or
+    ``<name>.json.gz``)."""
+    stem = json_path.name.removesuffix(".gz").removesuffix(".json")
+    md_path, png_path = json_path.with_name(f"{stem}.md"), json_path.with_name(f"{stem}.png")
     md_path.write_text(render_markdown(report))
     render_plot(report, png_path)
     return md_path, png_path
@@ -255,9 +265,9 @@ def write_outputs(report: dict, json_path: Path) -> tuple[Path, Path]:
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("json", type=Path, help="a result JSON written by benchmarks/suite.py")
+    p.add_argument("json", type=Path, help="a result JSON written by benchmarks/suite.py (.json or .json.gz)")
     args = p.parse_args(argv)
-    report = json.loads(args.json.read_text())
+    report = read_report(args.json)
     for path in write_outputs(report, args.json):
         print(f"wrote {path}")
     return 0

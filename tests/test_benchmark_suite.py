@@ -198,6 +198,20 @@ def test_plot_and_rerender_from_json(tmp_path):
     assert (tmp_path / "synthetic.md").read_text() == plot.render_markdown(report)
 
 
+def test_a_gzipped_result_renders_beside_itself(tmp_path):
+    """Older ablations are kept as .json.gz; the table lands in <name>.md as for .json."""
+    import gzip
+
+    pytest.importorskip("matplotlib")
+    report = synthetic_report()
+    json_path = tmp_path / "ablation.json.gz"
+    json_path.write_bytes(gzip.compress(json.dumps(report).encode()))
+    assert plot.read_report(json_path) == report
+    assert plot.main([str(json_path)]) == 0
+    assert (tmp_path / "ablation.md").read_text() == plot.render_markdown(report)
+    assert (tmp_path / "ablation.png").exists()
+
+
 # -------------------------------------------------------------------------- triton
 
 
