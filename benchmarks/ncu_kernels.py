@@ -45,11 +45,12 @@ def main(argv=None) -> int:
     p.add_argument("--shape", default="8192x8192x256", help="MxNxK")
     p.add_argument("--dtype", default="bf16")
     p.add_argument("--impls", default="wsgemm,torch.matmul,quack")
+    p.add_argument("--weight", action="store_true", help="B = W.t() of an (N, K) weight, as nn.Linear stores it")
     args = p.parse_args(argv)
     ((m, n, k),) = parse_shapes(args.shape)
     dtype = DTYPES[args.dtype]
     a = torch.randn(m, k, device="cuda").to(dtype)
-    b = torch.randn(k, n, device="cuda").to(dtype)
+    b = torch.randn(n, k, device="cuda").to(dtype).t() if args.weight else torch.randn(k, n, device="cuda").to(dtype)
     ref = a.float() @ b.float()
     fns = implementations(a, b, args.impls.split(","))
     for name, fn in fns.items():  # compile, warm up, and check before profiling
