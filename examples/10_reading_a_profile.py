@@ -1,0 +1,115 @@
+"""10 -- Reading a hardware profile: where a kernel's cycles went.
+
+Teaches: timings say that a kernel is slower, Nsight Compute's counters say where.
+This example reads the profiles committed in benchmarks/results/ (condensed from
+ncu's per-instruction SASS page by benchmarks/ncu_summary.py) and works three
+questions from them:
+
+1. At 8192x8192x256, the same tile and cluster as QuACK: which instructions did
+   wsgemm execute that QuACK did not? (before and after the change of
+   benchmarks/NOTES.md section 20)
+2. Where did the warps wait? The most stalled instructions and their reasons.
+3. At 8192^3, how much faster than cuBLAS could any kernel be? The tensor pipe's
+   busy share, from the Speed Of Light section, bounds it.
+
+docs/profiling.md tells the same story in prose, and how to take a profile on an
+H200 (``benchmarks/ncu_kernels.py`` under ``ncu``).
+
+Needs: any machine (reads committed JSON; no GPU).
+Run:   python examples/10_reading_a_profile.py
+"""
+
+import json
+from pathlib import Path
+
+RESULTS = Path(__file__).resolve().parents[1] / "benchmarks" / "results"
+# Bookkeeping opcodes that section 20 is about, and the work every GEMM does.
+WATCHED = ("R2UR", "CS2R", "IMAD", "UIADD3", "HGMMA", "F2FP", "STSM")
+
+
+def load(name: str) -> list[dict]:
+    return json.loads((RESULTS / name).read_text())["kernels"]
+
+
+def who(kernel: dict) -> str:
+    """A short name for a profiled kernel: whose it is, from its symbol."""
+    name = kernel["kernel"]
+    if "wsgemm" in name:
+        return "wsgemm"
+    if "quack" in name:
+        return "QuACK"
+    return "cuBLAS " + name.split("_")[3] if name.startswith("nvjet") else name[:24]
+
+
+def cycles(kernel: dict) -> float:
+    return float(kernel["speed_of_light"]["elapsed_cycles"].split()[0].replace(",", ""))
+
+
+def busy(kernel: dict) -> float:
+    """SM throughput in % of peak; for a GEMM that is the tensor pipe's busy share."""
+    return float(kernel["speed_of_light"]["sm_throughput_pct"].split()[0])
+
+
+def part1() -> None:
+    print("1. Instructions executed at 8192x8192x256 (millions of warp instructions)\n")
+    columns = [("wsgemm before", load("ncu_8192x8192x256_3fb39df.json")[0]),
+               *((f"{who(k)} after" if who(k) == "wsgemm" else who(k), k)
+                 for k in load("ncu_8192x8192x256.json"))]
+    print(f"  {'':8s}" + "".join(f"{label:>18s}" for label, _ in columns))
+    for op in ("all", *WATCHED):
+        cells = []
+        for _, kernel in columns:
+            n = kernel["instructions_executed"] if op == "all" else kernel["top_opcodes"].get(op, 0)
+            cells.append(f"{n / 1e6:18.2f}")
+        print(f"  {op:8s}" + "".join(cells))
+    print("  duration" + "".join(f"{k['speed_of_light']['duration']:>18s}" for _, k in columns))
+    before, after = (sum(k["top_opcodes"].get(op, 0) for op in ("R2UR", "CS2R")) / 1e6
+                     for k in (columns[0][1], columns[1][1]))
+    print("\n  R2UR moves a register into a uniform register: wgmma reads its shared-memory")
+    print("  descriptors from uniform registers, and the ring position was derived from the")
+    print("  thread index, which ptxas cannot prove warp-uniform. CS2R clears two registers:")
+    print(f"  acc.fill(0) before every tile. Together {before:.1f} M before, {after:.1f} M after.\n")
+
+
+def part2() -> None:
+    print("2. Where the warps waited (wsgemm before the change, 8192x8192x256)\n")
+    kernel = load("ncu_8192x8192x256_3fb39df.json")[0]
+    total = kernel["stall_samples"]
+    reasons = ", ".join(f"{r} {n / total:.0%}" for r, n in list(kernel["stall_reasons"].items())[:4])
+    print(f"  {total} samples; by reason: {reasons}")
+    # Whose instruction it is: on that kernel's SASS page the consumer warpgroups' code
+    # starts at instruction 410, their register increase (USETMAXREG.TRY_ALLOC); the
+    # producer warp runs the code before it. How often it ran says per what: the grid
+    # has 8192/128 x ceil(8192/192) tiles of 4 k-blocks; a consumer tile has 4 warps.
+    consumer_start, tiles = 410, (8192 // 128) * -(-8192 // 192)
+    print(f"  {'samples':>7s}  {'reason':8s} {'executed':>8s}  instruction")
+    for entry in sorted(kernel["most_stalled"], key=lambda e: -e["samples"])[:5]:
+        reason = max(entry["reasons"], key=entry["reasons"].get)
+        warps = 4 if entry["index"] >= consumer_start else 1
+        per = {tiles: "tile", 4 * tiles: "k-block"}.get(entry["executed"] // warps, "?")
+        role = f"{'consumer warps' if warps == 4 else 'producer warp'}, once per {per}"
+        print(f"  {entry['samples']:7d}  {reason:8s} {entry['executed']:8d}  {entry['sass'][:40]:40s} {role}")
+    print("\n  long_sb at a branch: the branch waits for a value from the memory system. The")
+    print("  consumers' one follows their full-barrier probe (SYNCS.PHASECHK): they wait for")
+    print("  data to land. barrier at WARPGROUP.DEPBAR: a consumer waits for its own wgmma")
+    print("  batch, where a tensor-bound kernel should spend its waiting.\n")
+
+
+def part3() -> None:
+    print("3. A ceiling at 8192^3: the tensor pipe's busy share (Speed Of Light)\n")
+    kernels = {who(k): k for k in load("ncu_8192x8192x8192.json")}
+    for name, kernel in kernels.items():
+        print(f"  {name:26s} {busy(kernel):5.1f} % busy over {cycles(kernel) / 1e6:.2f} M cycles "
+              f"at {kernel['speed_of_light']['sm_frequency']}")
+    ours = kernels["wsgemm"]
+    cublas = next(k for name, k in kernels.items() if name.startswith("cuBLAS"))
+    ideal = cycles(ours) * busy(ours) / 100  # the cycles of tensor work the product needs
+    print(f"\n  The product needs {ideal / 1e6:.2f} M cycles of tensor-pipe work; cuBLAS took "
+          f"{cycles(cublas) / 1e6:.2f} M, so a kernel\n  that kept the pipe busy every cycle would be "
+          f"{cycles(cublas) / ideal:.2f}x cuBLAS at the same clock: 1.10x is out of reach.")
+
+
+if __name__ == "__main__":
+    part1()
+    part2()
+    part3()
