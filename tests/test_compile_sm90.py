@@ -91,6 +91,7 @@ PINGPONG_CONFIGS = [
     GemmConfig(tile_m=128, tile_n=128, pingpong=True),
     GemmConfig(tile_m=128, tile_n=128, cluster_m=2, pingpong=True),
     GemmConfig(tile_m=128, tile_n=192, cluster_m=2, epi_stages=4, pingpong=True),  # 192 accumulators
+    GemmConfig(tile_m=128, tile_n=192, cluster_m=2, epi_stages=3, pingpong=True),  # the default: 5 stages
     GemmConfig(tile_m=64, tile_n=256, cluster_n=2, pingpong=True),
     GemmConfig(tile_m=64, tile_n=128, epi_stages=4, pingpong=True),
 ]

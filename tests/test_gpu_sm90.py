@@ -244,6 +244,8 @@ PINGPONG_CONFIGS = [
     GemmConfig(tile_m=128, tile_n=128, pingpong=True),
     GemmConfig(tile_m=128, tile_n=128, cluster_m=2, pingpong=True),
     GemmConfig(tile_m=128, tile_n=192, cluster_m=2, pingpong=True),  # 192 accumulators per thread
+    # What the default path runs for short K: three buffers per warpgroup, five stages.
+    GemmConfig(tile_m=128, tile_n=192, cluster_m=2, stages=5, epi_stages=3, pingpong=True),
     GemmConfig(tile_m=64, tile_n=256, cluster_n=2, pingpong=True),
     GemmConfig(tile_m=64, tile_n=128, stages=3, epi_stages=4, pingpong=True),
 ]
