@@ -11,7 +11,8 @@ from wsgemm import ConfigError, GemmConfig, Lookahead
 from wsgemm import config as cfg
 from wsgemm import hardware
 from wsgemm.compile import compile_spec
-from wsgemm.inspection import count_instructions, cubin_resources, producer_probe_precedes_copies
+from wsgemm.inspection import (count_instructions, cubin_resources, disassemble, producer_probe_precedes_copies,
+                               sass_instructions, uniform_moves_between)
 
 MAJORS = [(a, b, d) for a, b, d in itertools.product("km", "kn", "nm")]
 
@@ -112,3 +113,15 @@ def test_tensor_memory_over_budget_is_refused_before_compiling():
 def test_invalid_sm100_configs(config, message):
     with pytest.raises(ConfigError, match=message):
         cfg.make_spec("sm100", "bf16", "bf16", "k", "k", "n", config)
+
+
+@pytest.mark.parametrize("config", [GemmConfig(cluster_m=2), GemmConfig(cluster_m=2, two_cta=True)],
+                         ids=lambda c: c.short())
+def test_mma_descriptors_are_built_in_uniform_registers(config):
+    """As on SM90 (test_compile_sm90): the MMA warp's tcgen05.mma (UTCHMMA) takes its
+    descriptors from uniform registers, and none are moved there between them."""
+    _, compiled = build(config=config)
+    sass = disassemble(compiled.cubin_path)
+    if sass is None:
+        pytest.skip("nvdisasm not installed (pip install -e '.[sass]')")
+    assert uniform_moves_between(sass_instructions(sass), "UTCHMMA") == []

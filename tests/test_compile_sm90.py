@@ -10,7 +10,8 @@ import pytest
 from wsgemm import GemmConfig, Lookahead
 from wsgemm import config as cfg
 from wsgemm.compile import compile_spec
-from wsgemm.inspection import count_instructions, cubin_resources, disassemble, producer_probe_precedes_copies
+from wsgemm.inspection import (count_instructions, cubin_resources, disassemble, producer_probe_precedes_copies,
+                               sass_instructions, sass_opcode, uniform_moves_between)
 
 MAJORS = [(a, b, d) for a, b, d in itertools.product("km", "kn", "nm")]
 
@@ -248,20 +249,6 @@ def test_cached_calls_launch_the_bare_tvm_ffi_function_with_the_same_arguments(s
     assert result.returncode == 0 and result.stdout.strip().endswith("same"), result.stderr[-2000:]
 
 
-def sass_instructions(compiled) -> list[str]:
-    """The SASS instructions of a compiled kernel, one per entry; skips the test where
-    nvdisasm is not installed (``pip install -e ".[sass]"``)."""
-    sass = disassemble(compiled.cubin_path)
-    if sass is None:
-        pytest.skip("nvdisasm not installed")
-    return [line.split("*/", 1)[1].strip() for line in sass.splitlines() if re.search(r"/\*[0-9a-f]{4}\*/", line)]
-
-
-def opcode(instruction: str) -> str:
-    """``@!P0 SYNCS.PHASECHK.TRANS64 P0, ...`` -> ``SYNCS``."""
-    words = instruction.split()
-    return (words[1] if words[0].startswith("@") else words[0]).split(".")[0]
-
 
 @pytest.mark.parametrize("config", [
     GemmConfig(tile_m=128, tile_n=192, cluster_m=2, epi_stages=3, pingpong=True),
@@ -270,15 +257,33 @@ def opcode(instruction: str) -> str:
 ], ids=lambda c: c.short())
 def test_wgmma_descriptors_are_built_in_uniform_registers(config):
     """wgmma reads its shared-memory descriptors from uniform registers. The consumer's
-    ring position derives from the warp-uniform warp index, so ptxas builds them there:
-    no R2UR (register -> uniform register move) in the k-block's wgmma sequence. With
-    the position derived from the thread index it took four per wgmma, and the tile's
+    ring position and operand slice derive from the warp-uniform warp index, so ptxas
+    builds them there: no R2UR (register -> uniform register move) among the wgmmas.
+    Derived from the thread index, they took four per wgmma, and the tile's
     accumulators were cleared with CS2R before every tile; the first wgmma now
     overwrites them instead (benchmarks/NOTES.md section 20)."""
     _, compiled = build(config=config)
-    sass = sass_instructions(compiled)
-    wgmma = [i for i, ins in enumerate(sass) if opcode(ins) == "HGMMA"]
-    assert wgmma, "no wgmma in the SASS"
-    assert not [ins for ins in sass[wgmma[0]:wgmma[-1] + 1] if opcode(ins) == "R2UR"]
+    sass = disassemble(compiled.cubin_path)
+    if sass is None:
+        pytest.skip("nvdisasm not installed (pip install -e '.[sass]')")
+    instructions = sass_instructions(sass)
+    assert uniform_moves_between(instructions, "HGMMA") == []
     if not config.has_workspace:  # a workspace piece without k-blocks still clears
-        assert not [ins for ins in sass if opcode(ins) == "CS2R"]
+        assert not [ins for ins in instructions if sass_opcode(ins) == "CS2R"]
+
+
+def test_the_sass_helpers_read_nvdisasm_lines():
+    sass = """
+        /*0100*/                   R2UR UR4, R16 ;                      /* 0x000000001004 */
+    .L_x_3:
+        /*0110*/                   HGMMA.64x192x16.F32.BF16 R24, gdesc[UR4].tnspB, R24 ;
+        /*0120*/              @!P0 R2UR UR5, R17 ;
+        /*0130*/                   HGMMA.64x192x16.F32.BF16 R24, gdesc[UR4].tnspB, R24, gsb0 ;
+        /*0140*/                   CS2R R120, SRZ ;
+    """
+    instructions = sass_instructions(sass)
+    assert instructions[0] == "R2UR UR4, R16" and len(instructions) == 5
+    assert [sass_opcode(i) for i in instructions] == ["R2UR", "HGMMA", "R2UR", "HGMMA", "CS2R"]
+    assert uniform_moves_between(instructions, "HGMMA") == ["@!P0 R2UR UR5, R17"]
+    with pytest.raises(ValueError, match="no UTCHMMA"):
+        uniform_moves_between(instructions, "UTCHMMA")

@@ -148,6 +148,30 @@ def disassemble(cubin: str | Path) -> str | None:
     return subprocess.run([tool, "-c", "-g", str(cubin)], check=True, capture_output=True, text=True).stdout
 
 
+def sass_instructions(sass: str) -> list[str]:
+    """The instructions of ``nvdisasm`` output, one per entry, without their
+    ``/*addr*/`` prefixes, the ``;`` that ends each and what follows it (encodings),
+    and without labels."""
+    return [line.split("*/", 1)[1].split(";", 1)[0].strip()
+            for line in sass.splitlines() if re.search(r"/\*[0-9a-f]{4}\*/", line)]
+
+
+def sass_opcode(instruction: str) -> str:
+    """``@!P0 SYNCS.PHASECHK.TRANS64 P0, [R3]`` -> ``SYNCS``."""
+    words = instruction.split()
+    return (words[1] if words[0].startswith("@") else words[0]).split(".")[0]
+
+
+def uniform_moves_between(instructions: list[str], mma_opcode: str) -> list[str]:
+    """``R2UR`` moves (register -> uniform register) from the first ``mma_opcode`` to
+    the last: the MMA reads its shared-memory descriptors from uniform registers, so
+    moves there mean the descriptors were built in ordinary ones."""
+    positions = [i for i, ins in enumerate(instructions) if sass_opcode(ins) == mma_opcode]
+    if not positions:
+        raise ValueError(f"no {mma_opcode} in the SASS")
+    return [ins for ins in instructions[positions[0]:positions[-1] + 1] if sass_opcode(ins) == "R2UR"]
+
+
 # --------------------------------------------------------------------------------------
 # PTX structure
 # --------------------------------------------------------------------------------------
