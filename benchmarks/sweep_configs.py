@@ -21,6 +21,7 @@ cuBLAS can be read against what cuBLAS chose.
 from __future__ import annotations
 
 import argparse
+import functools
 import itertools
 import json
 import re
@@ -32,6 +33,8 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_gemm import DTYPES, environment, gpu_state, parse_shapes, summarize, time_interleaved  # noqa: E402
+
+from suite import baseline_gemm, wsgemm_config  # noqa: E402
 
 import wsgemm  # noqa: E402
 from wsgemm import GemmConfig  # noqa: E402
@@ -112,7 +115,9 @@ def sweep_shape(m, n, k, dtype, candidates, reps, flush, weight_layout) -> dict:
     impls = {"torch.matmul": lambda: torch.matmul(a, b)}
     errors, skipped = {}, {}
     for label, config in candidates.items():
-        fn = (lambda c: (lambda: wsgemm.gemm(a, b, config=c)))(config)
+        # A callable is another package's gemm (--base), on its own default path.
+        fn = functools.partial(config, a, b) if callable(config) else functools.partial(wsgemm.gemm, a, b,
+                                                                                       config=config)
         try:
             d = fn()
         except ConfigError as exc:  # e.g. a split past the k-blocks, a cluster past the tiles
@@ -128,13 +133,14 @@ def sweep_shape(m, n, k, dtype, candidates, reps, flush, weight_layout) -> dict:
     rows = {label: {**summarize(ms, flops), "rel_error": errors.get(label)} for label, ms in times.items()}
     return {"shape": [m, n, k], "b": "W.t()" if weight_layout else "row-major",
             "cublas_kernels": cublas_kernels(impls["torch.matmul"]), "rows": rows, "skipped": skipped,
-            "configs": {label: c.short() if c else "the model's choice" for label, c in candidates.items()}}
+            "default_plan": wsgemm_config(a, b, None)}
 
 
 def compact(result: dict) -> dict:
     """What the JSON keeps of a shape's sweep: microseconds (median, p10, p90) per
     label (the labels name the configs: see :func:`grid`), and what cuBLAS ran."""
     return {"shape": result["shape"], "b": result["b"], "cublas_kernels": result["cublas_kernels"],
+            "default_plan": result["default_plan"],
             "skipped": sorted(result["skipped"]),
             "us": {label: [round(r[key] * 1e3, 2) for key in ("median_ms", "p10_ms", "p90_ms")]
                    for label, r in sorted(result["rows"].items(), key=lambda kv: kv[1]["median_ms"])}}
@@ -166,12 +172,23 @@ def main(argv=None) -> int:
     p.add_argument("--pingpong", default="0", help="0: cooperative consumers, 1: ping-pong, 0,1: both")
     p.add_argument("--swap", default="0", help="0: as given, 1: swap_ab (D^T = B^T A^T), 0,1: both")
     p.add_argument("--swizzles", default="1", help="raster band widths in clusters, e.g. 1,4,8")
+    p.add_argument("--default", action="store_true",
+                   help="also time the default path (config=None: the tuned table, else the model)")
+    p.add_argument("--base", action="store_true",
+                   help="also time the default path of benchmarks/baseline.py's export (wsgemm_base on the path)")
     p.add_argument("--reps", type=int, default=20)
     p.add_argument("--name", default="sweep_8192_bf16")
     p.add_argument("--out", default=str(Path(__file__).parent / "results"))
     args = p.parse_args(argv)
     candidates = (grid(args.tiles, args.clusters, args.splits, args.stages, args.swap, args.swizzles,
-                       args.epi_stages, args.pingpong) if args.tiles else HAND_PICKED[args.set])
+                       args.epi_stages, args.pingpong) if args.tiles else dict(HAND_PICKED[args.set]))
+    if args.default:
+        candidates["default"] = None
+    if args.base:
+        base_gemm, note = baseline_gemm()
+        if base_gemm is None:
+            p.error(f"--base: {note}")
+        candidates["base default"] = base_gemm
     dtype = DTYPES[args.dtype]
     flush = torch.empty(128 * 1024 * 1024, device="cuda", dtype=torch.float32)
     shapes = parse_shapes(args.shapes)

@@ -326,12 +326,14 @@ def test_sweep_grid_names_every_combination(sweep):
 
 def test_sweep_keeps_microseconds_fastest_first(sweep):
     result = {"shape": [64, 4096, 4096], "b": "W.t()", "cublas_kernels": ["nvjet_sm90_tst_64x32"],
+              "default_plan": "swap 64x64x64_c1x1_s13_e4_along_m_w1_before_copy_pdl",
               "skipped": {"64x64 c1x1 s16": "does not fit"},
               "rows": {"torch.matmul": {"median_ms": 0.0191, "p10_ms": 0.0186, "p90_ms": 0.0211},
                        "swap 64x64 c1x1": {"median_ms": 0.0185, "p10_ms": 0.0183, "p90_ms": 0.0211}}}
     kept = sweep.compact(result)
     assert list(kept["us"]) == ["swap 64x64 c1x1", "torch.matmul"]
     assert kept["us"]["torch.matmul"] == [19.1, 18.6, 21.1] and kept["skipped"] == ["64x64 c1x1 s16"]
+    assert kept["default_plan"].startswith("swap 64x64x64")
 
 
 def test_tune_autotunes_every_problem_and_keeps_the_autotune_file(monkeypatch, tmp_path, capsys):

@@ -277,6 +277,14 @@ def test_the_default_path_runs_short_k_loops_on_pingpong_consumers():
     check_graph_replays(lambda: wsgemm.gemm(a, b, out=out), [a, b], [out], lambda: check(out, a, b))
 
 
+def test_the_default_path_runs_one_wave_long_k_loops_one_tile_per_warpgroup():
+    # 4 x 33 tiles of 128x128 (one wave of 2x1 clusters), ragged in M, N and K.
+    a, b = rand(500, 8200), rand(8200, 4200)
+    config = wsgemm.api.make_plan(a, b, None, None, None).spec.config
+    assert config.pingpong and (config.tile_m, config.tile_n) == (128, 128), config
+    check(run(a, b), a, b)
+
+
 def test_results_are_deterministic():
     a, b = rand(1536, 1536), rand(1536, 1536)
     first = wsgemm.gemm(a, b)

@@ -232,6 +232,29 @@ def test_the_launch_policy_runs_short_k_loops_on_pingpong_consumers():
     assert not with_launch_policy("sm90", short, 8192, 8192, 8192, 1, 132).stream_k
 
 
+def test_one_wave_long_k_loops_run_one_warpgroup_per_128x128_tile():
+    """32 k-blocks or more, unbatched, and 128x128 tiles that fill one wave of 2x1
+    clusters (at least 90 % of the CTAs): ping-pong consumers with one tile per CTA,
+    whatever tile was chosen (NOTES section 21). Not at 31 k-blocks, not when the
+    tiles leave SMs idle or need a second wave, not for swapped or batched problems."""
+    solo = GemmConfig(tile_m=128, tile_n=128, cluster_m=2, pingpong=True)
+    split = GemmConfig(tile_m=128, tile_n=256, cluster_m=2, split_k=2)
+    assert with_launch_policy("sm90", split, 512, 4096, 32 * 64, 1, H200_SMS) == solo
+    assert with_launch_policy("sm90", GemmConfig(tile_n=160), 1024, 1920, 14336, 1, H200_SMS) == solo  # 120 tiles
+    assert with_launch_policy("sm90", split, 512, 4096, 31 * 64, 1, H200_SMS) == split
+    assert not with_launch_policy("sm90", split, 256, 4096, 14336, 1, H200_SMS).pingpong  # 64 tiles
+    assert not with_launch_policy("sm90", split, 512, 4480, 14336, 1, H200_SMS).pingpong  # 140 tiles
+    assert not with_launch_policy("sm90", split, 64, 8192, 28672, 1, H200_SMS).pingpong  # 64 rows: 64 tiles
+    assert not with_launch_policy("sm90", split, 512, 4096, 14336, 2, H200_SMS).pingpong
+    swapped = GemmConfig(tile_m=128, tile_n=128, swap_ab=True)
+    assert not with_launch_policy("sm90", swapped, 4096, 512, 14336, 1, H200_SMS).pingpong
+    assert not with_launch_policy("sm100", split, 512, 4096, 14336, 1, H200_SMS).pingpong
+    # The default path, through the plan: the 8B down projection at M = 512, with the
+    # four epilogue buffers per warpgroup that keep its six stages.
+    _, spec, _ = plan(meta(512, 14336), meta(4096, 14336).t(), gpu="NVIDIA H200")
+    assert (spec.config.tile_n, spec.config.pingpong, spec.config.stages, spec.config.epi_stages) == (128, True, 6, 4)
+
+
 def test_m_65_to_96_is_planned_from_its_own_table_bucket():
     """96 tokens fill one swapped 96-wide tile; 128 would need a second, mostly empty
     one. The packaged table has winners for both buckets (NOTES section 17)."""

@@ -320,15 +320,31 @@ PINGPONG_TILE_SPEED = {192: 1.0, 128: 0.93}
 # ... and only for tile grids of at least this many waves: a warpgroup's epilogue
 # overlaps the other's mainloop only on an SM that runs two tiles or more.
 PINGPONG_MIN_WAVES = 2
+# One warpgroup per tile for k-loops that fill one wave of 128x128 tiles: a
+# ping-pong CTA with a single tile runs it on one warpgroup (the other idles). On an
+# H200 (benchmarks/NOTES.md section 21), with 128-132 such tiles: 1-3 % faster than
+# two cooperative warpgroups sharing each tile at K = 2048-6144 (three repeats) and
+# 3-5 % at K >= 8192; 8-14 % faster than the split 128x256 tiles the model chose
+# at K = 5120-16384.
+SOLO_TILE_MIN_K_BLOCKS = 32
+# ... when the tiles fill at least this share of the CTAs (fewer leave SMs idle that
+# a split would use: 64 tiles at 256x4096x14336 ran 30 % slower than split-K).
+SOLO_TILE_MIN_FILL = 0.9
 
 
 def with_launch_policy(arch: str, config: GemmConfig, m: int, n: int, k: int, batches: int,
                        sm_count: int) -> GemmConfig:
     """How a configuration wsgemm chose (table, model or autotuner; a caller's config
     is used as given) is launched on the kernel's own (``m``, ``n``, ``k``,
-    ``batches``) problem: ping-pong consumers for short k-loops, stream-K for the last
-    wave of a long run, and programmatic dependent launch
-    (``GemmConfig.dependent_launch``).
+    ``batches``) problem: one warpgroup per tile for one wave of tiles, ping-pong
+    consumers for short k-loops, stream-K for the last wave of a long run, and
+    programmatic dependent launch (``GemmConfig.dependent_launch``).
+
+    **One warpgroup per tile** (:func:`_solo_tile_variant`): where 128x128 tiles in
+    2x1 clusters fill one wave (at least ``SOLO_TILE_MIN_FILL`` of the CTAs, none
+    left for a second) and the k-loop has at least ``SOLO_TILE_MIN_K_BLOCKS``
+    k-blocks, those tiles on ping-pong consumers, whatever was chosen: each CTA runs
+    its one tile on one warpgroup, unsplit.
 
     **Ping-pong consumers** (:func:`pingpong_variant`) for k-loops of at most
     ``PINGPONG_MAX_K_BLOCKS`` over at least ``PINGPONG_MIN_WAVES`` waves of tiles, for
@@ -352,6 +368,9 @@ def with_launch_policy(arch: str, config: GemmConfig, m: int, n: int, k: int, ba
     if arch != "sm90":
         return config
     k_blocks = ceil_div(k, config.tile_k)
+    solo = _solo_tile_variant(config, m, n, k_blocks, batches, sm_count)
+    if solo is not None:
+        return solo
     pingpong = None
     if batches == 1 and k_blocks <= PINGPONG_MAX_K_BLOCKS:
         pingpong = pingpong_variant(config, m, n, k, batches, sm_count)
@@ -366,6 +385,20 @@ def with_launch_policy(arch: str, config: GemmConfig, m: int, n: int, k: int, ba
     if not config.has_workspace and config.tile_m == 64 and 64 <= config.tile_n <= 128:
         config = dataclasses.replace(config, dependent_launch=True)
     return config
+
+
+def _solo_tile_variant(config: GemmConfig, m: int, n: int, k_blocks: int, batches: int,
+                       sm_count: int) -> GemmConfig | None:
+    """128x128 ping-pong tiles in 2x1 clusters, one per CTA, for a long k-loop whose
+    tiles fill one wave (``SOLO_TILE_MIN_K_BLOCKS``, ``SOLO_TILE_MIN_FILL``); else
+    ``None``. Unbatched, unswapped problems of 64-deep k-blocks only (as measured)."""
+    if batches != 1 or config.swap_ab or config.tile_k != TILE_K or k_blocks < SOLO_TILE_MIN_K_BLOCKS:
+        return None
+    solo = GemmConfig(tile_m=128, tile_n=128, cluster_m=2, pingpong=True)
+    tiles = ceil_div(m, solo.tile_m) * ceil_div(n, solo.tile_n)
+    slots = resident_clusters(sm_count, solo.cluster_size)
+    one_wave = TileGrid.for_problem(m, n, batches, solo).units <= slots
+    return solo if one_wave and tiles >= SOLO_TILE_MIN_FILL * slots * solo.cluster_size else None
 
 
 # The most epilogue buffers a chosen SM90 configuration gets where shared memory has
