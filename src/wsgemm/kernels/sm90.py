@@ -64,9 +64,6 @@ EPILOGUE_BARRIER_ID = 1
 MAINLOOP_TURN_BARRIER_ID = 3
 
 
-MMA_IN_FLIGHT = 2  # SCRATCH EXPERIMENT
-
-
 class TracePoint(enum.IntEnum):
     """Moments of a CTA's life that :meth:`Sm90Gemm.trace_point` marks."""
 
@@ -470,17 +467,16 @@ class Sm90Gemm(GemmKernelBase):
                     cute.gemm(tiled_mma, acc, tCrA[coord], tCrB[coord], acc)
                     tiled_mma.set(cute.nvgpu.warpgroup.Field.ACCUMULATE, True)
                 cute.nvgpu.warpgroup.commit_group()
-                cute.nvgpu.warpgroup.wait_group(MMA_IN_FLIGHT)
-                if kb >= MMA_IN_FLIGHT:
-                    ring.warp_release(read - MMA_IN_FLIGHT, lane_signals, cm * cn > 1)
+                cute.nvgpu.warpgroup.wait_group(1)
+                if kb > 0:
+                    ring.warp_release(read - 1, lane_signals, cm * cn > 1)
                 read += 1
             if cutlass.const_expr(self.pingpong):
                 if step + 1 < steps:
                     their_turn.arrive()  # the next tile is theirs; this one's epilogue overlaps it
             cute.nvgpu.warpgroup.wait_group(0)
-            for back in cutlass.range_constexpr(MMA_IN_FLIGHT):
-                if kb_count > back:
-                    ring.warp_release(read - 1 - back, lane_signals, cm * cn > 1)
+            if kb_count > 0:
+                ring.warp_release(read - 1, lane_signals, cm * cn > 1)
             self.trace_point(TracePoint.MAINLOOP_DONE, flags, read)
 
             finishes_tile = Boolean(True)
