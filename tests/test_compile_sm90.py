@@ -272,6 +272,26 @@ def test_wgmma_descriptors_are_built_in_uniform_registers(config):
         assert not [ins for ins in instructions if sass_opcode(ins) == "CS2R"]
 
 
+@pytest.mark.parametrize("config", [
+    GemmConfig(tile_m=128, tile_n=128, cluster_m=2, pingpong=True, stages=6, epi_stages=4),
+    GemmConfig(tile_m=128, tile_n=192, cluster_m=2, stages=5, epi_stages=3),
+    GemmConfig(tile_m=64, tile_n=64, stages=13, epi_stages=4),
+], ids=lambda c: c.short())
+def test_no_division_by_the_ring_depth_among_the_wgmmas(config):
+    """The consumer steps its ring slot and wait parity along with its k-blocks. Taken
+    from the running count (``count % stages``), a ring depth that is not a power of
+    two put a division (``IMAD.HI``, ``LEA.HI``) between the wgmmas of every k-block,
+    where ncu sampled "dispatch" stalls (benchmarks/NOTES.md section 21)."""
+    _, compiled = build(config=config)
+    sass = disassemble(compiled.cubin_path)
+    if sass is None:
+        pytest.skip("nvdisasm not installed (pip install -e '.[sass]')")
+    instructions = sass_instructions(sass)
+    wgmmas = [i for i, ins in enumerate(instructions) if sass_opcode(ins) == "HGMMA"]
+    among = instructions[wgmmas[0]:wgmmas[-1] + 1]
+    assert not [ins for ins in among if ".HI" in ins.split()[1 if ins.startswith("@") else 0]]
+
+
 def test_the_sass_helpers_read_nvdisasm_lines():
     sass = """
         /*0100*/                   R2UR UR4, R16 ;                      /* 0x000000001004 */

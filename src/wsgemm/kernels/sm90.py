@@ -456,11 +456,15 @@ class Sm90Gemm(GemmKernelBase):
             # adding to zeros: no 2-register clears per tile on the path to the tensor cores.
             tiled_mma.set(cute.nvgpu.warpgroup.Field.ACCUMULATE, False)
             # Keep one wgmma batch in flight: wait for the previous k-block's wgmma
-            # (not this one's) before releasing the previous slot.
+            # (not this one's) before releasing the previous slot. The slot and the
+            # parity to wait for step along with ``read`` (one division per tile, none
+            # between the wgmmas of a k-block).
+            slot = stages.stage_index(read, self.num_stages)
+            parity = stages.full_wait_parity(read, self.num_stages)
+            prev_slot = slot
             for kb in cutlass.range(kb_count, unroll=1):
-                ring.consumer_wait(read, ring.consumer_try_wait(read))
+                ring.consumer_wait_slot(slot, parity, ring.consumer_try_wait_slot(slot, parity))
                 self.trace_point(TracePoint.K_BLOCK_READY, flags, read)
-                slot = stages.stage_index(read, self.num_stages)
                 cute.nvgpu.warpgroup.fence()
                 for ka in cutlass.range_constexpr(k_atoms):
                     coord = (None, None, ka, slot)
@@ -469,7 +473,12 @@ class Sm90Gemm(GemmKernelBase):
                 cute.nvgpu.warpgroup.commit_group()
                 cute.nvgpu.warpgroup.wait_group(1)
                 if kb > 0:
-                    ring.warp_release(read - 1, lane_signals, cm * cn > 1)
+                    ring.warp_release_slot(prev_slot, lane_signals, cm * cn > 1)
+                prev_slot = slot
+                slot += 1
+                if slot == self.num_stages:
+                    slot = Int32(0)
+                    parity = parity ^ 1
                 read += 1
             if cutlass.const_expr(self.pingpong):
                 if step + 1 < steps:

@@ -149,19 +149,33 @@ class SmemRing:
     # -- consumer side ----------------------------------------------------------------
 
     def consumer_try_wait(self, count) -> Boolean:
-        return cute.arch.mbarrier_try_wait(
-            self.full_barrier(count), stages.full_wait_parity(count, self.num_stages)
-        )
+        return self.consumer_try_wait_slot(stages.stage_index(count, self.num_stages),
+                                           stages.full_wait_parity(count, self.num_stages))
 
     @cute.jit
     def consumer_wait(self, count, token: Boolean):
-        if not token:
-            cute.arch.mbarrier_wait(
-                self.full_barrier(count), stages.full_wait_parity(count, self.num_stages)
-            )
+        self.consumer_wait_slot(stages.stage_index(count, self.num_stages),
+                                stages.full_wait_parity(count, self.num_stages), token)
 
     @cute.jit
     def warp_release(self, count, lane_signals: Boolean, is_cluster: cutlass.Constexpr):
+        self.warp_release_slot(stages.stage_index(count, self.num_stages), lane_signals, is_cluster)
+
+    # The same, addressed by a (slot, parity) pair that a k-loop steps along itself:
+    # the slot of a running count is ``count % num_stages``, and with a ring depth that
+    # is not a power of two that is a division (IMAD.HI and LEA.HI in SASS) between
+    # the wgmmas of every k-block (benchmarks/NOTES.md section 21).
+
+    def consumer_try_wait_slot(self, slot, parity) -> Boolean:
+        return cute.arch.mbarrier_try_wait(self.full_base + slot, parity)
+
+    @cute.jit
+    def consumer_wait_slot(self, slot, parity, token: Boolean):
+        if not token:
+            cute.arch.mbarrier_wait(self.full_base + slot, parity)
+
+    @cute.jit
+    def warp_release_slot(self, slot, lane_signals: Boolean, is_cluster: cutlass.Constexpr):
         """SM90: one arrival on ``empty[slot]`` of cluster CTA ``lane`` per signalling lane.
 
         Each consumer warp calls this with all its lanes; lane i signals cluster CTA i
@@ -170,9 +184,9 @@ class SmemRing:
         """
         if lane_signals:
             if cutlass.const_expr(is_cluster):
-                cute.arch.mbarrier_arrive(self.empty_barrier(count), cute.arch.lane_idx())
+                cute.arch.mbarrier_arrive(self.empty_base + slot, cute.arch.lane_idx())
             else:
-                cute.arch.mbarrier_arrive(self.empty_barrier(count))
+                cute.arch.mbarrier_arrive(self.empty_base + slot)
 
     def mma_release(self, count, mask, cta_group):
         """SM100: ``tcgen05.commit`` -- arrive on ``empty[slot]`` of every CTA in
