@@ -137,3 +137,38 @@ def test_short_kernels_are_ranked_by_graph_replays_of_what_the_launch_policy_run
     assert seen and all(c.dependent_launch for c in seen)
     entry = json.loads((cache_dir / "autotune.json").read_text())[key(4)]
     assert entry["timing"] == "graph" and entry["config"]["dependent_launch"] is False
+
+
+def test_candidates_the_launch_policy_makes_one_kernel_are_timed_once(cache_dir, monkeypatch):
+    """Where the launch policy replaces every candidate by the same kernel (one
+    128x128 tile per CTA on a one-wave problem), that kernel is compiled, checked and
+    timed once; the others are recorded as running it."""
+    import torch
+
+    from wsgemm import api
+
+    seen = []
+
+    def gemm_eager(a, b, out, out_dtype, config):
+        seen.append(config)
+        return torch.ones(2, 2)
+
+    timed = {}
+
+    def time_candidates(fns, flush):
+        timed.update(fns)
+        return {name: 1.0 for name in fns}
+
+    monkeypatch.setattr(api, "gemm_eager", gemm_eager)
+    monkeypatch.setattr(autotune, "_time_candidates", time_candidates)
+    monkeypatch.setattr(autotune, "_l2_flush_buffer", lambda device: torch.zeros(4))
+    solo = GemmConfig(tile_m=128, tile_n=128, cluster_m=2, pingpong=True)
+    candidates = [GemmConfig(tile_m=128, tile_n=256, split_k=2), GemmConfig(tile_m=64, tile_n=128),
+                  GemmConfig(tile_m=128, tile_n=192)]
+    launch = lambda c: solo if c.tile_m == 128 else c  # noqa: E731
+    best = autotune.tuned_config(torch.ones(2, 2), torch.ones(2, 2), None, None, key=key(8),
+                                 candidates=candidates, progress=False, launch=launch)
+    assert best == candidates[0] and seen == [solo, candidates[1]]
+    assert set(timed) == {candidates[0].short(), candidates[1].short()}
+    entry = json.loads((cache_dir / "autotune.json").read_text())[key(8)]
+    assert entry["same_kernel_as"] == {candidates[2].short(): candidates[0].short()}

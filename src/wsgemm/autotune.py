@@ -217,11 +217,20 @@ def tuned_config(a, b, out, out_dtype, *, key: str, candidates: list[GemmConfig]
     reference = None
     runnable: dict[str, tuple[GemmConfig, object]] = {}
     rejected: dict[str, str] = {}
+    # Candidates that the launch policy turns into a kernel already in the list (e.g.
+    # every candidate, where it runs one 128x128 tile per CTA) are timed once.
+    first_with_launch: dict[GemmConfig, str] = {}
+    same_kernel: dict[str, str] = {}
     bar = _progress(candidates, progress, key)
     for config in bar:  # compile and check every candidate, then time them together
         name = config.short()
         try:
-            call = (lambda c: lambda x, y: gemm_eager(x, y, scratch, out_dtype, c))(launch(config))
+            launched = launch(config)
+            if launched in first_with_launch:
+                same_kernel[name] = first_with_launch[launched]
+                continue
+            first_with_launch[launched] = name
+            call = (lambda c: lambda x, y: gemm_eager(x, y, scratch, out_dtype, c))(launched)
             result = call(a, b)
         except ConfigError as e:  # a candidate the budgets reject (e.g. fp32 epilogue smem)
             rejected[name] = str(e)
@@ -245,7 +254,8 @@ def tuned_config(a, b, out, out_dtype, *, key: str, candidates: list[GemmConfig]
     best = runnable[min(timings, key=timings.get)][0]
     with _lock:
         entries = dict(_load())
-        entries[key] = {"config": _jsonable(best), "ms": timings, "timing": timing, "rejected": rejected}
+        entries[key] = {"config": _jsonable(best), "ms": timings, "timing": timing, "rejected": rejected,
+                        "same_kernel_as": same_kernel}
         global _memory
         _memory = entries
         _save(entries)
