@@ -165,7 +165,9 @@ def test_candidates_the_launch_policy_makes_one_kernel_are_timed_once(cache_dir,
     solo = GemmConfig(tile_m=128, tile_n=128, cluster_m=2, pingpong=True)
     candidates = [GemmConfig(tile_m=128, tile_n=256, split_k=2), GemmConfig(tile_m=64, tile_n=128),
                   GemmConfig(tile_m=128, tile_n=192)]
-    launch = lambda c: solo if c.tile_m == 128 else c  # noqa: E731
+    def launch(config):
+        return solo if config.tile_m == 128 else config
+
     best = autotune.tuned_config(torch.ones(2, 2), torch.ones(2, 2), None, None, key=key(8),
                                  candidates=candidates, progress=False, launch=launch)
     assert best == candidates[0] and seen == [solo, candidates[1]]
