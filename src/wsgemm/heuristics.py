@@ -389,7 +389,7 @@ def with_launch_policy(arch: str, config: GemmConfig, m: int, n: int, k: int, ba
 
 def _solo_tile_variant(config: GemmConfig, m: int, n: int, k_blocks: int, batches: int,
                        sm_count: int) -> GemmConfig | None:
-    """128x128 ping-pong tiles in 2x1 clusters, one per CTA, for a long k-loop whose
+    """128x128 ping-pong tiles in 2x1 clusters, one per CTA, for a k-loop whose
     tiles fill one wave (``SOLO_TILE_MIN_K_BLOCKS``, ``SOLO_TILE_MIN_FILL``); else
     ``None``. Unbatched, unswapped problems of 64-deep k-blocks only (as measured)."""
     if batches != 1 or config.swap_ab or config.tile_k != TILE_K or k_blocks < SOLO_TILE_MIN_K_BLOCKS:
