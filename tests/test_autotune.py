@@ -165,6 +165,7 @@ def test_candidates_the_launch_policy_makes_one_kernel_are_timed_once(cache_dir,
     solo = GemmConfig(tile_m=128, tile_n=128, cluster_m=2, pingpong=True)
     candidates = [GemmConfig(tile_m=128, tile_n=256, split_k=2), GemmConfig(tile_m=64, tile_n=128),
                   GemmConfig(tile_m=128, tile_n=192)]
+
     def launch(config):
         return solo if config.tile_m == 128 else config
 

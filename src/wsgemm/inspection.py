@@ -156,10 +156,15 @@ def sass_instructions(sass: str) -> list[str]:
             for line in sass.splitlines() if re.search(r"/\*[0-9a-f]{4}\*/", line)]
 
 
+def sass_mnemonic(instruction: str) -> str:
+    """``@!P0 SYNCS.PHASECHK.TRANS64 P0, [R3]`` -> ``SYNCS.PHASECHK.TRANS64``."""
+    words = instruction.split()
+    return words[1] if words[0].startswith("@") else words[0]
+
+
 def sass_opcode(instruction: str) -> str:
     """``@!P0 SYNCS.PHASECHK.TRANS64 P0, [R3]`` -> ``SYNCS``."""
-    words = instruction.split()
-    return (words[1] if words[0].startswith("@") else words[0]).split(".")[0]
+    return sass_mnemonic(instruction).split(".")[0]
 
 
 def uniform_moves_between(instructions: list[str], mma_opcode: str) -> list[str]:
