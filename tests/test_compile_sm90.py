@@ -125,6 +125,21 @@ def test_cooperative_consumers_share_each_tile_and_its_epilogue():
     assert re.findall(r"bar\.sync\s+\d+,\s*(\d+)", ptx) and not re.findall(r"bar\.sync\s+\d+,\s*128\b", ptx)
 
 
+@pytest.mark.parametrize("config, in_flight", [
+    (GemmConfig(tile_m=128, tile_n=256, cluster_m=2), 0),  # two cooperative warpgroups per tile
+    (GemmConfig(tile_m=128, tile_n=16, swap_ab=True), 0),
+    (GemmConfig(tile_m=64, tile_n=128), 1),  # one warpgroup alone on its tile
+    (GemmConfig(tile_m=128, tile_n=128, cluster_m=2, pingpong=True), 1),
+], ids=lambda v: v.short() if isinstance(v, GemmConfig) else f"in_flight{v}")
+def test_a_warpgroup_alone_on_its_tile_keeps_one_wgmma_batch_in_flight(config, in_flight):
+    """Cooperative warpgroups wait for all their wgmmas each k-block (the other's keep
+    the tensor pipe busy); a warpgroup alone on its tile leaves one batch running.
+    Either way every tile ends with a wait for all of them."""
+    _, compiled = build(config=config)
+    waits = [int(n) for n in re.findall(r"wgmma\.wait_group\.sync\.aligned\s+(\d+)", compiled.ptx)]
+    assert set(waits) == {in_flight, 0}
+
+
 def test_default_policy_probes_the_next_stage_before_the_copies():
     _, compiled = build(config=GemmConfig(lookahead=Lookahead.BEFORE_COPY))
     assert producer_probe_precedes_copies(compiled.ptx)

@@ -251,6 +251,21 @@ def tile_warpgroups(config: GemmConfig) -> int:
     return 1 if config.pingpong else consumer_warpgroups(config)
 
 
+def wgmma_batches_in_flight(tile_wgs: int) -> int:
+    """SM90: k-blocks of wgmmas a consumer warpgroup leaves running when it moves on to
+    the next k-block, given how many warpgroups share its tile (:func:`tile_warpgroups`).
+
+    Alone on its tile (64-row tiles, ping-pong consumers), a warpgroup keeps one
+    batch in flight: waiting for all of its wgmmas would leave the tensor pipe idle
+    until it has issued the next k-block's. Two cooperative warpgroups share the
+    pipe, so while one waits for its batch the other's keeps the pipe busy; they wait
+    for all of their wgmmas each k-block and release that k-block's slot at once,
+    which leaves the producer one more free stage to load ahead (cuBLAS's nvjet
+    kernels do the same; benchmarks/NOTES.md section 22 has the measurements).
+    """
+    return 1 if tile_wgs == 1 else 0
+
+
 def epilogue_buffer_sets(config: GemmConfig) -> int:
     """Sets of ``epi_stages`` epilogue buffers in shared memory: one per ping-pong
     consumer (their epilogues run independently), else one."""

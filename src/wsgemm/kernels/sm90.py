@@ -87,6 +87,7 @@ class Sm90Gemm(GemmKernelBase):
         self.epi_tile = cfg.epilogue_tile(spec)
         self.consumer_wgs = cfg.consumer_warpgroups(c)
         self.tile_wgs = cfg.tile_warpgroups(c)  # consumer warpgroups sharing one tile
+        self.mma_batches_in_flight = cfg.wgmma_batches_in_flight(self.tile_wgs)
         self.pingpong = c.pingpong
         self.consumer_threads = self.consumer_wgs * hardware.THREADS_PER_WARPGROUP
         self.threads = (1 + self.consumer_wgs) * hardware.THREADS_PER_WARPGROUP
@@ -455,10 +456,12 @@ class Sm90Gemm(GemmKernelBase):
             # The tile's first wgmma overwrites the accumulators (scale-d = 0) instead of
             # adding to zeros: no 2-register clears per tile on the path to the tensor cores.
             tiled_mma.set(cute.nvgpu.warpgroup.Field.ACCUMULATE, False)
-            # Keep one wgmma batch in flight: wait for the previous k-block's wgmma
-            # (not this one's) before releasing the previous slot. The slot and the
-            # parity to wait for step along with ``read`` (one division per tile, none
-            # between the wgmmas of a k-block).
+            # Alone on its tile, a warpgroup keeps one wgmma batch in flight: it waits
+            # for the previous k-block's wgmmas (not this one's) and releases the
+            # previous slot. Two warpgroups sharing a tile each wait for all of theirs
+            # and release this k-block's slot (``cfg.wgmma_batches_in_flight``). The
+            # slot and the parity to wait for step along with ``read`` (one division
+            # per tile, none between the wgmmas of a k-block).
             slot = stages.stage_index(read, self.num_stages)
             parity = stages.full_wait_parity(read, self.num_stages)
             prev_slot = slot
@@ -471,9 +474,12 @@ class Sm90Gemm(GemmKernelBase):
                     cute.gemm(tiled_mma, acc, tCrA[coord], tCrB[coord], acc)
                     tiled_mma.set(cute.nvgpu.warpgroup.Field.ACCUMULATE, True)
                 cute.nvgpu.warpgroup.commit_group()
-                cute.nvgpu.warpgroup.wait_group(1)
-                if kb > 0:
-                    ring.warp_release_slot(prev_slot, lane_signals, cm * cn > 1)
+                cute.nvgpu.warpgroup.wait_group(self.mma_batches_in_flight)
+                if cutlass.const_expr(self.mma_batches_in_flight == 0):
+                    ring.warp_release_slot(slot, lane_signals, cm * cn > 1)
+                else:
+                    if kb > 0:
+                        ring.warp_release_slot(prev_slot, lane_signals, cm * cn > 1)
                 prev_slot = slot
                 slot += 1
                 if slot == self.num_stages:
@@ -484,8 +490,9 @@ class Sm90Gemm(GemmKernelBase):
                 if step + 1 < steps:
                     their_turn.arrive()  # the next tile is theirs; this one's epilogue overlaps it
             cute.nvgpu.warpgroup.wait_group(0)
-            if kb_count > 0:
-                ring.warp_release(read - 1, lane_signals, cm * cn > 1)
+            if cutlass.const_expr(self.mma_batches_in_flight > 0):
+                if kb_count > 0:
+                    ring.warp_release(read - 1, lane_signals, cm * cn > 1)
             self.trace_point(TracePoint.MAINLOOP_DONE, flags, read)
 
             finishes_tile = Boolean(True)

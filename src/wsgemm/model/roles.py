@@ -24,7 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, Iterator
 
-from ..config import Lookahead
+from ..config import Lookahead, wgmma_batches_in_flight
 from ..kernels.common import stages
 from .ops import (
     Arrive,
@@ -155,9 +155,12 @@ def produce_k_blocks(spec: PipelineSpec, ring: RingModel, count: int, probed: bo
 
 # -- SM90 consumers ---------------------------------------------------------------------
 
-def _sm90_k_loop(spec: PipelineSpec, ring: RingModel, warpgroup: int, tile: int, first_read: int) -> Program:
-    """One tile's k-loop in a wgmma warpgroup (both SM90 consumers): keeps one
-    k-block's MMAs in flight and releases the *previous* slot once they retired."""
+def _sm90_k_loop(spec: PipelineSpec, ring: RingModel, warpgroup: int, tile: int, first_read: int,
+                 in_flight: int) -> Program:
+    """One tile's k-loop in a wgmma warpgroup (both SM90 consumers). With
+    ``in_flight`` 1 (alone on its tile) it keeps one k-block's MMAs in flight and
+    releases the *previous* slot once they retired; with 0 (cooperative warpgroups)
+    it waits for all of them and releases this k-block's slot."""
     warps = spec.warps_per_warpgroup
     early = spec.fault is Fault.EARLY_SLOT_RELEASE
     read = first_read  # the running hand-over counter, across tiles
@@ -167,26 +170,28 @@ def _sm90_k_loop(spec: PipelineSpec, ring: RingModel, warpgroup: int, tile: int,
         yield IssueMma(ring.slot(read), read, warpgroup, tile, first=kb == 0)
         if early:
             yield ring.release(read, warps)  # FAULT: its wgmma may still be reading
-        yield WaitMmas(1)
-        if kb > 0 and not early:
-            yield ring.release(read - 1, warps)
+        yield WaitMmas(in_flight)
+        if kb >= in_flight and not early:
+            yield ring.release(read - in_flight, warps)
         read += 1
 
 
-def _sm90_retire(spec: PipelineSpec, ring: RingModel, last_read: int) -> Program:
-    """After a tile's k-loop: ``wait_group(0)``, then release its last slot."""
+def _sm90_retire(spec: PipelineSpec, ring: RingModel, last_read: int, in_flight: int) -> Program:
+    """After a tile's k-loop: ``wait_group(0)``, then release the slots still held."""
     yield WaitMmas(0)
     if spec.fault is not Fault.EARLY_SLOT_RELEASE:
-        yield ring.release(last_read, spec.warps_per_warpgroup)
+        for back in reversed(range(min(in_flight, spec.k_blocks))):
+            yield ring.release(last_read - back, spec.warps_per_warpgroup)
 
 
 def sm90_consumer(spec: PipelineSpec, ring: RingModel, warpgroup: int) -> Program:
     """One cooperative wgmma warpgroup: every tile's k-loop, then the store of its
     rows of the tile."""
+    in_flight = wgmma_batches_in_flight(spec.consumer_warpgroups)
     for tile in range(spec.tiles):
         read = tile * spec.k_blocks
-        yield from _sm90_k_loop(spec, ring, warpgroup, tile, read)
-        yield from _sm90_retire(spec, ring, read + spec.k_blocks - 1)
+        yield from _sm90_k_loop(spec, ring, warpgroup, tile, read, in_flight)
+        yield from _sm90_retire(spec, ring, read + spec.k_blocks - 1, in_flight)
         yield StoreTile(tile, warpgroup, warpgroup, reads_accumulator=True)
 
 
@@ -195,14 +200,15 @@ def sm90_pingpong_consumer(spec: PipelineSpec, ring: RingModel, warpgroup: int) 
     ``warpgroup + 2``, ... whole, each mainloop after the other warpgroup handed its
     turn over, and the whole tile stored from its own accumulators."""
     takes_turns = spec.fault is not Fault.SKIPS_MAINLOOP_TURN
+    in_flight = wgmma_batches_in_flight(1)  # alone on each of its tiles
     for tile in range(warpgroup, spec.tiles, 2):
         read = tile * spec.k_blocks  # the other warpgroup's k-blocks sit in between
         if tile > 0 and takes_turns:
             yield WaitTurn(tile)
-        yield from _sm90_k_loop(spec, ring, warpgroup, tile, read)
+        yield from _sm90_k_loop(spec, ring, warpgroup, tile, read, in_flight)
         if tile + 1 < spec.tiles and takes_turns:
             yield PassTurn(tile)
-        yield from _sm90_retire(spec, ring, read + spec.k_blocks - 1)
+        yield from _sm90_retire(spec, ring, read + spec.k_blocks - 1, in_flight)
         yield StoreTile(tile, 0, warpgroup, reads_accumulator=True)
 
 
