@@ -2,7 +2,7 @@
 the default configuration for those shape buckets on that GPU.
 
     python benchmarks/tuned_table.py benchmarks/results/autotune_h200_a.json \
-        benchmarks/results/autotune_h200_b.json
+        benchmarks/results/autotune_h200_b.json [--superseding newer.json ...]
 
 Each input is an ``autotune.json`` written by ``config="autotune"`` (here: two runs
 of the LLM + decode suite on an H200, benchmarks/NOTES.md section 13). Where several
@@ -45,6 +45,26 @@ def render(entries: dict, source: str) -> str:
     return "\n".join(lines) + "\n"
 
 
+SUPERSEDED_BY = "; superseded where they timed a bucket by "
+
+
+def sources_line(runs: list[Path], superseding: list[Path]) -> str:
+    """The table's "Source:" text, from which :func:`read_sources` gets both lists back."""
+    def name(path: Path) -> str:
+        path = path.resolve()
+        return str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else path.name
+
+    text = ", ".join(map(name, runs))
+    return text + (SUPERSEDED_BY + ", ".join(map(name, superseding)) if superseding else "")
+
+
+def read_sources(table_text: str) -> tuple[list[str], list[str]]:
+    """(runs, superseding runs) named by a packaged table's "Source:" line."""
+    text = table_text.split("Source: ", 1)[1].split(", by benchmarks/tuned_table.py", 1)[0]
+    runs, _, newer = text.partition(SUPERSEDED_BY)
+    return runs.split(", "), newer.split(", ") if newer else []
+
+
 def covers_bucket(key: str, entry: dict) -> bool:
     """Whether the bucket's winner serves every M of the bucket (``m<=B`` in the key):
     a swapped kernel puts the tokens in its N tiles, and one 96-wide tile measured at
@@ -57,7 +77,7 @@ def covers_bucket(key: str, entry: dict) -> bool:
     return config["tile_n"] * config.get("cluster_n", 1) >= bound
 
 
-def merge(runs: list[dict]) -> dict:
+def merge(runs: list[dict], superseding: list[dict] = ()) -> dict:
     """One entry per shape bucket. Each run's winner of the bucket is a contender; the
     one with the best time relative to each run's fastest candidate, averaged over
     the runs that timed it, wins. Relative times because a disturbed run slows every
@@ -72,10 +92,17 @@ def merge(runs: list[dict]) -> dict:
 
     A swapped winner whose N tiles cannot hold the bucket's largest M is left out
     (:func:`covers_bucket`): a bucket is tuned at the first M the suite has in it.
+
+    ``superseding`` runs were measured on a newer kernel: for the buckets they timed,
+    the older runs' timings no longer describe what ships and are left out (averaged
+    in, they kept a split kernel that the new kernel runs 4-6 % slower than an
+    unsplit one; benchmarks/NOTES.md section 22).
     """
     merged: dict = {}
-    for key in dict.fromkeys(key for entries in runs for key in entries):
-        timed = [entries[key] for entries in runs if key in entries and covers_bucket(key, entries[key])]
+    newer_keys = {key for entries in superseding for key in entries}
+    for key in dict.fromkeys(key for entries in [*runs, *superseding] for key in entries):
+        pool = superseding if key in newer_keys else runs
+        timed = [entries[key] for entries in pool if key in entries and covers_bucket(key, entries[key])]
         graphed = [entry for entry in timed if entry.get("timing") == "graph"]
         contenders = graphed or timed
         if not contenders:  # no winner serves the whole bucket: the model decides there
@@ -94,11 +121,12 @@ def merge(runs: list[dict]) -> dict:
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("autotune_json", type=Path, nargs="+")
+    p.add_argument("--superseding", type=Path, nargs="+", default=[],
+                   help="runs on a newer kernel: for the buckets they timed, only they count")
     args = p.parse_args(argv)
-    entries = merge([json.loads(path.read_text()) for path in args.autotune_json])
-    sources = ", ".join(str(path.resolve().relative_to(ROOT)) if path.resolve().is_relative_to(ROOT)
-                        else path.name for path in args.autotune_json)
-    TARGET.write_text(render(entries, sources))
+    entries = merge([json.loads(path.read_text()) for path in args.autotune_json],
+                    [json.loads(path.read_text()) for path in args.superseding])
+    TARGET.write_text(render(entries, sources_line(args.autotune_json, args.superseding)))
     print(f"wrote {TARGET.relative_to(ROOT)}: {len(entries)} shape buckets")
     return 0
 

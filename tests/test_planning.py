@@ -106,10 +106,13 @@ def test_the_packaged_table_is_what_the_script_writes_from_the_committed_results
 
     packaged = (root / "src" / "wsgemm" / "tuned_table.py").read_text()
     # The table names its sources; each must be a committed autotune file.
-    runs = packaged.split("Source: ", 1)[1].split(", by benchmarks/tuned_table.py", 1)[0].split(", ")
-    assert runs[-1] == "benchmarks/results/autotune_h200_g.json" and all((root / run).is_file() for run in runs)
-    entries = tuned_table.merge([json.loads((root / run).read_text()) for run in runs])
-    assert tuned_table.render(entries, ", ".join(runs)) == packaged
+    runs, newer = tuned_table.read_sources(packaged)
+    assert runs[-1] == "benchmarks/results/autotune_h200_g.json"
+    assert all((root / run).is_file() for run in runs + newer)
+    entries = tuned_table.merge([json.loads((root / run).read_text()) for run in runs],
+                                [json.loads((root / run).read_text()) for run in newer])
+    source = tuned_table.sources_line([root / run for run in runs], [root / run for run in newer])
+    assert tuned_table.render(entries, source) == packaged
 
 
 def test_merging_autotune_runs_averages_relative_times_of_the_runs_winners():
@@ -141,6 +144,11 @@ def test_merging_autotune_runs_averages_relative_times_of_the_runs_winners():
     graphed = {"x": {"config": "c", "ms": {"a": 0.0140, "c": 0.0130}, "timing": "graph"}}
     assert tuned_table.merge([first, second, graphed])["x"]["config"] == "c"
     assert tuned_table.merge([first, second, graphed])["y"]["config"] == "d"
+    # A run on a newer kernel decides the buckets it timed alone, even against a
+    # graph-timed older run; the older runs still decide the others.
+    newer = {"x": {"config": "b", "ms": {"a": 0.0200, "b": 0.0150}}}
+    merged = tuned_table.merge([first, second, graphed], [newer])
+    assert (merged["x"]["config"], merged["y"]["config"]) == ("b", "d")
 
 
 def test_the_default_path_launches_narrow_unsplit_tiles_as_dependents():
