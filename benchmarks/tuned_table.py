@@ -13,6 +13,7 @@ differ from ``GemmConfig()``'s defaults are written.
 from __future__ import annotations
 
 import argparse
+import gzip
 import json
 import sys
 from pathlib import Path
@@ -43,6 +44,13 @@ def render(entries: dict, source: str) -> str:
         lines.append(f"    {key!r}: {fields!r},")
     lines.append("}")
     return "\n".join(lines) + "\n"
+
+
+def load_run(path: Path) -> dict:
+    """An autotune file, as written or gzipped (``.json.gz``: the committed results
+    keep the repository small)."""
+    data = gzip.decompress(path.read_bytes()) if path.suffix == ".gz" else path.read_bytes()
+    return json.loads(data)
 
 
 SUPERSEDED_BY = "; superseded where they timed a bucket by "
@@ -124,8 +132,7 @@ def main(argv=None) -> int:
     p.add_argument("--superseding", type=Path, nargs="+", default=[],
                    help="runs on a newer kernel: for the buckets they timed, only they count")
     args = p.parse_args(argv)
-    entries = merge([json.loads(path.read_text()) for path in args.autotune_json],
-                    [json.loads(path.read_text()) for path in args.superseding])
+    entries = merge([load_run(path) for path in args.autotune_json], [load_run(path) for path in args.superseding])
     TARGET.write_text(render(entries, sources_line(args.autotune_json, args.superseding)))
     print(f"wrote {TARGET.relative_to(ROOT)}: {len(entries)} shape buckets")
     return 0

@@ -109,8 +109,8 @@ def test_the_packaged_table_is_what_the_script_writes_from_the_committed_results
     runs, newer = tuned_table.read_sources(packaged)
     assert runs[-1] == "benchmarks/results/autotune_h200_g.json"
     assert all((root / run).is_file() for run in runs + newer)
-    entries = tuned_table.merge([json.loads((root / run).read_text()) for run in runs],
-                                [json.loads((root / run).read_text()) for run in newer])
+    entries = tuned_table.merge([tuned_table.load_run(root / run) for run in runs],
+                                [tuned_table.load_run(root / run) for run in newer])
     source = tuned_table.sources_line([root / run for run in runs], [root / run for run in newer])
     assert tuned_table.render(entries, source) == packaged
 
@@ -161,7 +161,8 @@ def test_the_default_path_launches_narrow_unsplit_tiles_as_dependents():
     assert spec.config.dependent_launch
     _, given, _ = plan(x, w.t(), GemmConfig(tile_m=64, tile_n=64), gpu="NVIDIA H200")
     assert not given.config.dependent_launch
-    _, split, _ = plan(meta(2, 4096), w.t(), gpu="NVIDIA H200")  # decode: a split swapped tile
+    # Decode on the 8B down projection: the table's split swapped 128x16 tile.
+    _, split, _ = plan(meta(1, 14336), meta(4096, 14336).t(), gpu="NVIDIA H200")
     assert split.config.split_k > 1 and not split.config.dependent_launch
     _, large, _ = plan(meta(8192, 8192), meta(8192, 8192))
     assert large.config.tile_m == 128 and not large.config.dependent_launch
@@ -265,12 +266,18 @@ def test_one_wave_long_k_loops_run_one_warpgroup_per_128x128_tile():
 
 def test_m_65_to_96_is_planned_from_its_own_table_bucket():
     """96 tokens fill one swapped 96-wide tile; 128 would need a second, mostly empty
-    one. The packaged table has winners for both buckets (NOTES section 17)."""
+    one, so M = 65-96 has a bucket of its own (NOTES section 17). The packaged table
+    has different winners for the two buckets of the 8B o-proj, and each M gets its own."""
     w = meta(4096, 4096)  # Llama-3 8B o-proj
-    mode96, spec96, problem96 = plan(meta(96, 4096), w.t(), gpu="NVIDIA H200")
-    assert mode96 == "swap" and problem96 == (4096, 96, 1) and spec96.config.tile_n == 96
-    mode128, spec128, _ = plan(meta(128, 4096), w.t(), gpu="NVIDIA H200")
-    assert mode128 == "direct" and spec128.config.tile_n == 64
+    winners = {}
+    for m in (96, 128):
+        fields = MEASURED[f"NVIDIA H200|sm90|bf16->bf16|kkn|m<={m}|n=4096|k=4096|l=1"]
+        mode, spec, problem = plan(meta(m, 4096), w.t(), gpu="NVIDIA H200")
+        assert mode == ("swap" if fields.get("swap_ab") else "direct")
+        shape = ("tile_m", "tile_n", "cluster_m", "cluster_n", "split_k")
+        assert all(getattr(spec.config, name) == fields.get(name, getattr(GemmConfig(), name)) for name in shape)
+        winners[m] = fields
+    assert winners[96] != winners[128]
     assert autotune.bucket_bound(96) == 96 and autotune.bucket_bound(97) == 128
 
 
