@@ -12,7 +12,8 @@ from wsgemm import config as cfg
 from wsgemm import hardware
 from wsgemm.compile import compile_spec
 from wsgemm.inspection import (count_instructions, cubin_resources, disassemble, producer_probe_precedes_copies,
-                               sass_instructions, uniform_moves_between)
+                               sass_instructions, sass_loop_around, sass_mnemonic, sass_opcode,
+                               uniform_moves_between)
 
 MAJORS = [(a, b, d) for a, b, d in itertools.product("km", "kn", "nm")]
 
@@ -125,3 +126,21 @@ def test_mma_descriptors_are_built_in_uniform_registers(config):
     if sass is None:
         pytest.skip("nvdisasm not installed (pip install -e '.[sass]')")
     assert uniform_moves_between(sass_instructions(sass), "UTCHMMA") == []
+
+
+@pytest.mark.parametrize("config", [
+    GemmConfig(tile_m=128, tile_n=128, stages=5),
+    GemmConfig(tile_m=128, tile_n=128, cluster_m=2, two_cta=True, stages=6),
+], ids=lambda c: c.short())
+def test_the_mma_warps_k_loop_has_no_division_by_the_ring_depth(config):
+    """The MMA warp steps its ring slot and wait parity along the k-loop, as the SM90
+    consumer does: taken from a running count, a ring depth that is not a power of
+    two put two divisions (``UIMAD.WIDE`` by a magic number, ``ULEA.HI``) into every
+    k-block of this single-thread issue loop."""
+    _, compiled = build(config=config)
+    sass = disassemble(compiled.cubin_path)
+    if sass is None:
+        pytest.skip("nvdisasm not installed (pip install -e '.[sass]')")
+    loop = sass_loop_around(sass, "UTCHMMA")
+    assert len([ins for ins in loop if sass_opcode(ins) == "UTCHMMA"]) == config.tile_k // 16
+    assert not [ins for ins in loop if ".HI" in sass_mnemonic(ins)]

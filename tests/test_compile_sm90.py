@@ -11,7 +11,8 @@ from wsgemm import GemmConfig, Lookahead
 from wsgemm import config as cfg
 from wsgemm.compile import compile_spec
 from wsgemm.inspection import (count_instructions, cubin_resources, disassemble, producer_probe_precedes_copies,
-                               sass_instructions, sass_mnemonic, sass_opcode, uniform_moves_between)
+                               sass_instructions, sass_loop_around, sass_mnemonic, sass_opcode,
+                               uniform_moves_between)
 
 MAJORS = [(a, b, d) for a, b, d in itertools.product("km", "kn", "nm")]
 
@@ -322,3 +323,15 @@ def test_the_sass_helpers_read_nvdisasm_lines():
     assert uniform_moves_between(instructions, "HGMMA") == ["@!P0 R2UR UR5, R17"]
     with pytest.raises(ValueError, match="no UTCHMMA"):
         uniform_moves_between(instructions, "UTCHMMA")
+    looped = """
+    .L_x_1:
+        /*0100*/                   UIADD3 UR4, UPT, UPT, UR4, 0x1, URZ ;
+        /*0110*/                   UTCHMMA gdesc[UR4], gdesc[UR6], tmem[UR8], tmem[UR10], idesc[UR11], UR4, UPT ;
+        /*0120*/              @!P0 BRA `(.L_x_2) ;
+        /*0130*/                   BRA.U UP1, `(.L_x_1) ;
+    .L_x_2:
+        /*0140*/                   EXIT ;
+    """
+    assert [sass_opcode(i) for i in sass_loop_around(looped, "UTCHMMA")] == ["UIADD3", "UTCHMMA", "BRA", "BRA"]
+    with pytest.raises(ValueError, match="not inside a loop"):
+        sass_loop_around(looped.replace("`(.L_x_1)", "`(.L_x_2)"), "UTCHMMA")

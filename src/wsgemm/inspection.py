@@ -177,6 +177,26 @@ def uniform_moves_between(instructions: list[str], mma_opcode: str) -> list[str]
     return [ins for ins in instructions[positions[0]:positions[-1] + 1] if sass_opcode(ins) == "R2UR"]
 
 
+def sass_loop_around(sass: str, opcode: str) -> list[str]:
+    """The instructions of the innermost loop around the first ``opcode`` in ``sass``
+    (nvdisasm text): from the label that a later branch jumps back to, to that branch."""
+    lines = sass.splitlines()
+    labels = {}
+    for i, line in enumerate(lines):
+        match = re.match(r"\s*(\.L_x_\d+):", line)
+        if match:
+            labels[match.group(1)] = i
+    found = [i for i, line in enumerate(lines) if sass_instructions(line)
+             and sass_opcode(sass_instructions(line)[0]) == opcode]
+    if not found:
+        raise ValueError(f"no {opcode} in the SASS")
+    for j in range(found[0], len(lines)):
+        branch = re.search(r"\bBRA\b[^`]*`\((\.L_x_\d+)\)", lines[j])
+        if branch and labels.get(branch.group(1), len(lines)) <= found[0]:
+            return sass_instructions("\n".join(lines[labels[branch.group(1)]:j + 1]))
+    raise ValueError(f"the first {opcode} is not inside a loop")
+
+
 # --------------------------------------------------------------------------------------
 # PTX structure
 # --------------------------------------------------------------------------------------

@@ -294,32 +294,39 @@ class Sm100Gemm(GemmKernelBase):
                 acc_mask = (1 << rank) | (1 << (rank ^ 1))
         peeks = self.lookahead != cfg.Lookahead.NONE
 
-        read = Int32(0)  # k-blocks consumed, across tiles
+        # The ring slot of the next k-block and the parity its full barrier completes
+        # with, stepped along the k-loop across tiles (the SM90 consumer's reason: taken
+        # from a running count, a ring depth that is not a power of two put two
+        # divisions into every k-block of this single-thread issue loop).
+        slot = Int32(0)
+        parity = Int32(stages.full_wait_parity(0, self.num_stages))
         acc_count = Int32(0)  # tiles accumulated
         work = cluster_id
         while work < clusters_m * clusters_n * batches:
             if is_leader:
                 peek = Boolean(False)
                 if cutlass.const_expr(peeks):
-                    peek = ring.consumer_try_wait(read)
+                    peek = ring.consumer_try_wait_slot(slot, parity)
                 acc.mma_acquire(acc_count)
                 tAcc = tAcc_all[(None, None, None, acc.buffer(acc_count))]
                 tiled_mma.set(tcgen05.Field.ACCUMULATE, False)
                 for kb in cutlass.range(k_blocks, unroll=1):
-                    ring.consumer_wait(read, peek)
-                    slot = stages.stage_index(read, self.num_stages)
+                    ring.consumer_wait_slot(slot, parity, peek)
                     for ka in cutlass.range_constexpr(k_atoms):
                         coord = (None, None, ka, slot)
                         cute.gemm(tiled_mma, tAcc, tCrA[coord], tCrB[coord], tAcc)
                         tiled_mma.set(tcgen05.Field.ACCUMULATE, True)
-                    ring.mma_release(read, slot_mask, self.cta_group)
-                    read += 1
+                    ring.mma_release_slot(slot, slot_mask, self.cta_group)
+                    slot += 1
+                    if slot == self.num_stages:
+                        slot = Int32(0)
+                        parity = parity ^ 1
                     peek = Boolean(False)
                     if cutlass.const_expr(peeks):
                         if kb + 1 < k_blocks:
                             # Like the producer's look-ahead: probe the next slot while
                             # the MMAs just issued run.
-                            peek = ring.consumer_try_wait(read)
+                            peek = ring.consumer_try_wait_slot(slot, parity)
                 acc.mma_commit(acc_count, acc_mask, self.cta_group)
             acc_count += 1
             work += num_clusters

@@ -148,23 +148,14 @@ class SmemRing:
 
     # -- consumer side ----------------------------------------------------------------
 
-    def consumer_try_wait(self, count) -> Boolean:
-        return self.consumer_try_wait_slot(stages.stage_index(count, self.num_stages),
-                                           stages.full_wait_parity(count, self.num_stages))
-
-    @cute.jit
-    def consumer_wait(self, count, token: Boolean):
-        self.consumer_wait_slot(stages.stage_index(count, self.num_stages),
-                                stages.full_wait_parity(count, self.num_stages), token)
-
     @cute.jit
     def warp_release(self, count, lane_signals: Boolean, is_cluster: cutlass.Constexpr):
         self.warp_release_slot(stages.stage_index(count, self.num_stages), lane_signals, is_cluster)
 
-    # The same, addressed by a (slot, parity) pair that a k-loop steps along itself:
-    # the slot of a running count is ``count % num_stages``, and with a ring depth that
-    # is not a power of two that is a division (IMAD.HI and LEA.HI in SASS) between
-    # the wgmmas of every k-block (benchmarks/NOTES.md section 21).
+    # Consumers address the ring by a (slot, parity) pair that their k-loop steps
+    # along itself: the slot of a running count is ``count % num_stages``, and with a
+    # ring depth that is not a power of two that is a division (IMAD.HI and LEA.HI in
+    # SASS) between the MMAs of every k-block (benchmarks/NOTES.md section 21).
 
     def consumer_try_wait_slot(self, slot, parity) -> Boolean:
         return cute.arch.mbarrier_try_wait(self.full_base + slot, parity)
@@ -188,14 +179,14 @@ class SmemRing:
             else:
                 cute.arch.mbarrier_arrive(self.empty_base + slot)
 
-    def mma_release(self, count, mask, cta_group):
+    def mma_release_slot(self, slot, mask, cta_group):
         """SM100: ``tcgen05.commit`` -- arrive on ``empty[slot]`` of every CTA in
         ``mask`` once the MMAs issued so far (which read the slot) have completed."""
         with cute.arch.elect_one():
             if mask is None:
-                cute.nvgpu.tcgen05.commit(self.empty_barrier(count))
+                cute.nvgpu.tcgen05.commit(self.empty_base + slot)
             else:
-                cute.nvgpu.tcgen05.commit(self.empty_barrier(count), mask, cta_group)
+                cute.nvgpu.tcgen05.commit(self.empty_base + slot, mask, cta_group)
 
 
 @cute.jit
