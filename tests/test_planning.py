@@ -96,7 +96,6 @@ def test_a_measured_swap_is_not_applied_where_operands_cannot_swap():
 
 
 def test_the_packaged_table_is_what_the_script_writes_from_the_committed_results():
-    import json
     import sys
     from pathlib import Path
 
@@ -272,7 +271,7 @@ def test_m_65_to_96_is_planned_from_its_own_table_bucket():
     winners = {}
     for m in (96, 128):
         fields = MEASURED[f"NVIDIA H200|sm90|bf16->bf16|kkn|m<={m}|n=4096|k=4096|l=1"]
-        mode, spec, problem = plan(meta(m, 4096), w.t(), gpu="NVIDIA H200")
+        mode, spec, _ = plan(meta(m, 4096), w.t(), gpu="NVIDIA H200")
         assert mode == ("swap" if fields.get("swap_ab") else "direct")
         shape = ("tile_m", "tile_n", "cluster_m", "cluster_n", "split_k")
         assert all(getattr(spec.config, name) == fields.get(name, getattr(GemmConfig(), name)) for name in shape)
