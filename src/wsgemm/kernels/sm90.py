@@ -491,8 +491,8 @@ class Sm90Gemm(GemmKernelBase):
                     their_turn.arrive()  # the next tile is theirs; this one's epilogue overlaps it
             cute.nvgpu.warpgroup.wait_group(0)
             if cutlass.const_expr(self.mma_batches_in_flight > 0):
-                if kb_count > 0:
-                    ring.warp_release(read - 1, lane_signals, cm * cn > 1)
+                if kb_count > 0:  # the tile's last slot, which the loop left in prev_slot
+                    ring.warp_release_slot(prev_slot, lane_signals, cm * cn > 1)
             self.trace_point(TracePoint.MAINLOOP_DONE, flags, read)
 
             finishes_tile = Boolean(True)

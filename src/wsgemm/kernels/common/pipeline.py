@@ -148,10 +148,6 @@ class SmemRing:
 
     # -- consumer side ----------------------------------------------------------------
 
-    @cute.jit
-    def warp_release(self, count, lane_signals: Boolean, is_cluster: cutlass.Constexpr):
-        self.warp_release_slot(stages.stage_index(count, self.num_stages), lane_signals, is_cluster)
-
     # Consumers address the ring by a (slot, parity) pair that their k-loop steps
     # along itself: the slot of a running count is ``count % num_stages``, and with a
     # ring depth that is not a power of two that is a division (IMAD.HI and LEA.HI in
