@@ -27,6 +27,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 import wsgemm  # noqa: E402
+import wsgemm.timing  # noqa: E402
 
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
@@ -90,9 +91,16 @@ def parse_shapes(text: str) -> list[tuple[int, int, int]]:
     return [tuple(int(x) for x in s.split("x")) for s in text.split(",") if s]
 
 
-def time_interleaved(impls: dict, reps: int, flush: torch.Tensor) -> dict[str, list[float]]:
-    # flush.zero_() evicts L2 so every run reads its operands from HBM.
-    return wsgemm.autotune.time_in_turns(impls, reps, flush.zero_)
+def add_flush_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--flush", default="read", choices=wsgemm.timing.L2Flush.MODES,
+                        help="before each timed run: read twice the L2 and spin (the autotuner's protocol), "
+                        "or write 512 MiB (the suite's until session 14; leaves the L2 full of dirty lines)")
+
+
+def time_interleaved(impls: dict, reps: int, flush: wsgemm.timing.L2Flush) -> dict[str, list[float]]:
+    """Milliseconds of every run, the implementations taking turns, each run after
+    ``flush`` (wsgemm.timing: the autotuner's protocol)."""
+    return wsgemm.timing.time_in_turns(impls, reps, flush)
 
 
 def summarize(ms: list[float], flops: float) -> dict:
@@ -147,7 +155,8 @@ def markdown(report: dict) -> str:
         "",
         f"{env['gpu']} ({env['sms']} SMs), driver {env['driver']}, torch {env['torch']} (CUDA {env['cuda']}), "
         f"CuTe DSL {env['cutlass_dsl']}, wsgemm {env['wsgemm']}; {env['date']}.",
-        f"Median of {report['reps']} interleaved runs each, L2 flushed before every run, random normal inputs. "
+        f"Median of {report['reps']} interleaved runs each, {report.get('flush', 'L2 flushed')} before every run, "
+        "random normal inputs. "
         "p10-p90 in brackets.",
         "",
         "| shape (MxNxK) | dtype | wsgemm TFLOP/s | torch.matmul TFLOP/s | wsgemm / torch | wsgemm ms [p10-p90] | torch ms [p10-p90] |",
@@ -182,16 +191,18 @@ def main(argv=None) -> int:
     p.add_argument("--warmup", type=int, default=10)
     p.add_argument("--name", default="gemm_vs_cublas")
     p.add_argument("--out", default=str(Path(__file__).parent / "results"))
+    add_flush_option(p)
     args = p.parse_args(argv)
     torch.backends.cuda.matmul.allow_tf32 = False
-    flush = torch.empty(512 * 1024 * 1024 // 4, device="cuda", dtype=torch.float32)
+    flush = wsgemm.timing.L2Flush(mode=args.flush)
     cases = [(s, d) for s in parse_shapes(args.shapes) for d in args.dtypes.split(",")]
     report = {
         "name": args.name,
         "command": f"python benchmarks/bench_gemm.py --shapes {args.shapes} --dtypes {args.dtypes} "
-        f"--reps {args.reps} --name {args.name}",
+        f"--reps {args.reps} --name {args.name} --flush {args.flush}",
         "environment": environment(),
         "reps": args.reps,
+        "flush": flush.describe(),
         "gpu_before": gpu_state(),
         "rows": [],
     }

@@ -26,6 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_gemm import environment, gpu_state, summarize, time_interleaved  # noqa: E402
 
 import wsgemm  # noqa: E402
+import wsgemm.timing  # noqa: E402
 from wsgemm import GemmConfig, Lookahead  # noqa: E402
 from wsgemm import config as cfg  # noqa: E402
 
@@ -106,7 +107,7 @@ def main(argv=None) -> int:
     p.add_argument("--shapes", default=",".join(SHAPES), help="comma-separated labels from SHAPES")
     p.add_argument("--out", default=str(Path(__file__).parent / "results"))
     args = p.parse_args(argv)
-    flush = torch.empty(128 * 1024 * 1024, device="cuda", dtype=torch.float32)
+    flush = wsgemm.timing.L2Flush()  # the autotuner's protocol
     report = {"environment": environment(), "reps": args.reps, "gpu_before": gpu_state(), "rows": []}
     labels = args.shapes.split(",")
     for i, label in enumerate(labels, 1):

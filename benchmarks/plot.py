@@ -101,6 +101,11 @@ def _timing_text(row: dict, report: dict) -> str:
     return "events"
 
 
+def _flush_text(protocol: dict) -> str:
+    # Reports before session 14 recorded only the size of their 512 MiB memset.
+    return protocol.get("flush") or f"L2 flushed ({protocol['flush_bytes'] >> 20} MiB write)"
+
+
 def _graph_rule(protocol: dict) -> str:
     graph = (f"CUDA-graph replays of {protocol['graph_calls']} back-to-back calls on rotating input "
              "copies (\"graph\": launch overhead not counted)")
@@ -124,8 +129,8 @@ def render_markdown(report: dict) -> str:
         f"CuTe DSL {env['cutlass_dsl']}, wsgemm {env['wsgemm']}, Triton {env.get('triton') or '-'}, "
         f"QuACK {env.get('quack') or '-'}; {env['date']}. Suites: {', '.join(report['suites'])}; {report['dtype']}.",
         "",
-        f"Median of {report['reps']} interleaved runs per implementation, L2 flushed "
-        f"({protocol['flush_bytes'] >> 20} MiB write) before every run, random normal inputs, each output "
+        f"Median of {report['reps']} interleaved runs per implementation, {_flush_text(protocol)} before every "
+        "run, random normal inputs, each output "
         f"checked against a float32 reference before timing. {_graph_rule(protocol)} TFLOP/s below; "
         "the JSON has p10/p90 and every timing taken.",
         "",

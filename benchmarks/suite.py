@@ -8,7 +8,9 @@ same inputs. Protocol (``bench_gemm.py``'s, whose helpers this reuses): random n
 inputs; each output is checked against a float32 reference before it is timed (a
 wrong or failing implementation is reported, not timed); warm-up; ``--reps`` rounds
 in which the implementations take turns, each run timed with CUDA events and
-preceded by a 512 MiB write that evicts L2; median and p10/p90. Problems whose
+preceded by an L2 flush (``--flush``: by default ``wsgemm.timing``'s, the autotuner's
+protocol: read twice the L2, then spin while the host queues the run; ``write``: the
+512 MiB memset used until session 14); median and p10/p90. Problems whose
 fastest run is under ``--graph-below-us`` are timed again as CUDA-graph replays of
 back-to-back calls on rotating input copies, so neither launch overhead nor an
 L2-resident weight flatters anyone; each row records the method it reports.
@@ -31,15 +33,17 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_gemm import DTYPES, environment, gpu_state, results_json, summarize, time_interleaved  # noqa: E402
+from bench_gemm import (  # noqa: E402
+    DTYPES, add_flush_option, environment, gpu_state, results_json, summarize, time_interleaved,
+)
 
 import plot  # noqa: E402
 import shapes  # noqa: E402
 import triton_matmul  # noqa: E402
 import wsgemm  # noqa: E402  (bench_gemm put src/ on the path)
+import wsgemm.timing  # noqa: E402
 
 TOLERANCE = {"bf16": 1e-2, "fp16": 2e-3}  # relative Frobenius error vs fp32, as bench_gemm.py
-FLUSH_BYTES = 512 * 1024 * 1024  # as bench_gemm.py: several times the 50-60 MB L2 of an H100/H200
 IMPLEMENTATIONS = ("wsgemm", "wsgemm-autotune", "torch.matmul", "triton", "quack")
 # Run only when named in --impls: wsgemm with one feature switched on or off, for side-by-side ablations.
 ABLATIONS = ("wsgemm-pdl", "wsgemm-nopdl", "wsgemm-streamk", "wsgemm-nostreamk", "wsgemm-epi3", "wsgemm-epi4",
@@ -69,7 +73,7 @@ def datasheet_peak(gpu_name: str) -> tuple[str | None, float | None]:
 
 
 # Input copies a graph of back-to-back calls rotates through: the autotuner's rule.
-graph_input_copies = wsgemm.autotune.graph_operand_copies
+graph_input_copies = wsgemm.timing.graph_operand_copies
 
 
 def make_operands(problem: shapes.Problem, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
@@ -235,7 +239,7 @@ def time_graphs(good: dict, problem, operands, args, flush) -> tuple[dict, dict]
             errors[name] = f"{type(exc).__name__}: {exc}"[:500]
             graphs.pop(name, None)
     torch.cuda.synchronize()
-    per_replay = time_interleaved({name: g.replay for name, g in graphs.items()}, args.reps, flush)
+    per_replay = time_interleaved({name: g.replay for name, g in graphs.items()}, args.reps, flush.evict)
     for name in list(per_replay):
         err = replay_error(outputs[name], operands)
         if not err < TOLERANCE[args.dtype]:  # also NaN
@@ -353,7 +357,7 @@ def parse_args(argv):
     p.add_argument("--warmup", type=int, default=5)
     p.add_argument("--graph", default="auto", choices=("auto", "always", "never"),
                    help="CUDA-graph replay timing: for problems under --graph-below-us (auto), all, or none")
-    p.add_argument("--graph-below-us", type=float, default=20.0)
+    p.add_argument("--graph-below-us", type=float, default=wsgemm.timing.GRAPH_BELOW_MS * 1000)
     p.add_argument("--graph-calls", type=int, default=20, help="back-to-back calls captured per graph")
     p.add_argument("--quack-autotune", action="store_true",
                    help="let QuACK autotune every shape (slow: compiles all its configs per shape)")
@@ -361,6 +365,7 @@ def parse_args(argv):
                    help="seconds; no new problem is started once this much time has passed")
     p.add_argument("--name", default=None, help="output file stem; default suite_<suites>")
     p.add_argument("--out", type=Path, default=Path(__file__).resolve().parent / "results")
+    add_flush_option(p)
     args = p.parse_args(argv)
     unknown = set(args.impls.split(",")) - set(IMPLEMENTATIONS) - set(ABLATIONS)
     if unknown:
@@ -377,7 +382,7 @@ def main(argv=None) -> int:
     torch.backends.cuda.matmul.allow_tf32 = False  # the fp32 reference must be fp32
     start = time.monotonic()
     impls, impl_info = build_implementations(args.impls.split(","), args.quack_autotune)
-    flush = torch.empty(FLUSH_BYTES // 4, device="cuda", dtype=torch.float32)
+    flush = wsgemm.timing.L2Flush(mode=args.flush)
     l2_bytes = getattr(torch.cuda.get_device_properties(0), "L2_cache_size", 64 << 20)
     report = {
         "name": args.name,
@@ -386,8 +391,8 @@ def main(argv=None) -> int:
         "dtype": args.dtype,
         "environment": {**environment(), **_versions()},
         "reps": args.reps,
-        "timing": {"flush_bytes": FLUSH_BYTES, "graph": args.graph, "graph_below_us": args.graph_below_us,
-                   "graph_calls": args.graph_calls, "l2_bytes": l2_bytes},
+        "timing": {"flush": flush.describe(), "flush_bytes": flush.bytes, "graph": args.graph,
+                   "graph_below_us": args.graph_below_us, "graph_calls": args.graph_calls, "l2_bytes": l2_bytes},
         "implementations": impl_info,
         "gpu_before": gpu_state(),
         "peak": measure_peak(args, flush),

@@ -15,6 +15,18 @@ def cache_dir(tmp_path, monkeypatch):
     return tmp_path
 
 
+class NoFlush:
+    """``wsgemm.timing.L2Flush`` without a GPU."""
+
+    def __init__(self, device=None, mode="read"):
+        pass
+
+    def __call__(self):
+        pass
+
+    evict = __call__
+
+
 def key(m, n=4096, k=4096):
     return autotune.bucket_key("NVIDIA H200", "sm90", "bf16", "bf16", ("k", "k", "n"), m, n, k, 1)
 
@@ -86,8 +98,7 @@ def test_candidates_are_checked_then_timed_in_turns_and_the_fastest_is_kept(cach
     monkeypatch.setattr(api, "gemm_eager", gemm_eager)
     monkeypatch.setattr(torch.cuda, "Event", Event)
     monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
-    monkeypatch.setattr(autotune, "_spin", lambda cycles: None)
-    monkeypatch.setattr(autotune, "_l2_flush_buffer", lambda device: torch.zeros(4))
+    monkeypatch.setattr(autotune, "L2Flush", NoFlush)
     monkeypatch.setattr(autotune, "WARMUP_SECONDS", 0.0)
     a = torch.ones(2, 2)
     candidates = [GemmConfig(tile_m=128, tile_n=256), GemmConfig(tile_m=64, tile_n=64),
@@ -127,7 +138,7 @@ def test_short_kernels_are_ranked_by_graph_replays_of_what_the_launch_policy_run
         return {name: 0.030 - single[name.split("x64_")[0]] for name in calls}
 
     monkeypatch.setattr(autotune, "_time_graphs", time_graphs)
-    monkeypatch.setattr(autotune, "_l2_flush_buffer", lambda device: torch.zeros(4))
+    monkeypatch.setattr(autotune, "L2Flush", NoFlush)
     candidates = [GemmConfig(tile_m=128, tile_n=256), GemmConfig(tile_m=128, tile_n=128)]
     launch = lambda c: GemmConfig(**{**c.__dict__, "dependent_launch": True})  # noqa: E731
     best = autotune.tuned_config(torch.ones(2, 2), torch.ones(2, 2), None, None, key=key(4),
@@ -161,7 +172,7 @@ def test_candidates_the_launch_policy_makes_one_kernel_are_timed_once(cache_dir,
 
     monkeypatch.setattr(api, "gemm_eager", gemm_eager)
     monkeypatch.setattr(autotune, "_time_candidates", time_candidates)
-    monkeypatch.setattr(autotune, "_l2_flush_buffer", lambda device: torch.zeros(4))
+    monkeypatch.setattr(autotune, "L2Flush", NoFlush)
     solo = GemmConfig(tile_m=128, tile_n=128, cluster_m=2, pingpong=True)
     candidates = [GemmConfig(tile_m=128, tile_n=256, split_k=2), GemmConfig(tile_m=64, tile_n=128),
                   GemmConfig(tile_m=128, tile_n=192)]

@@ -168,6 +168,13 @@ def test_markdown_table_summary_and_failures():
     assert "t/graph / triton: CUDA-graph capture failed, events timing reported: RuntimeError: capture" in md
     assert "not installed (No module named 'quack')" in md
     assert "quick/not reached" in md
+    assert "L2 flushed (512 MiB write) before every run" in md  # a report from before session 14
+
+
+def test_markdown_names_the_flush_the_run_used():
+    report = synthetic_report()
+    report["timing"]["flush"] = "L2 flushed (100 MiB read, then a 200k-cycle spin)"
+    assert "L2 flushed (100 MiB read, then a 200k-cycle spin) before every run" in plot.render_markdown(report)
 
 
 def test_markdown_lists_the_configuration_each_wsgemm_row_ran():

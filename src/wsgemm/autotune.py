@@ -5,9 +5,9 @@ The model in :mod:`wsgemm.heuristics` ranks configurations; the autotuner compil
 ``TOP_CANDIDATES`` of them (``heuristics.candidates_to_time``: the model's best, and
 for decode shapes the best swapped and unswapped ones alike), checks each result
 against the first one,
-times single calls after an L2 flush with CUDA events (for short kernels, CUDA-graph
-replays of back-to-back calls, as the benchmark suite times them), and stores the
-winner in a JSON file keyed by
+times them by the benchmark suite's protocol (:mod:`wsgemm.timing`: single calls
+after an L2 flush; for short kernels CUDA-graph replays of back-to-back calls), and
+stores the winner in a JSON file keyed by
 
     (GPU name, arch, dtypes, operand majors, M rounded up to a bucket bound, N, K, batches)
 
@@ -30,23 +30,17 @@ import torch
 
 from . import compile as compile_mod
 from .config import ConfigError, GemmConfig
+from .timing import GRAPH_BELOW_MS, L2Flush, graph_operand_copies, time_in_turns
 
 AUTOTUNE = "autotune"
 TOP_CANDIDATES = 12
 WARMUP_SECONDS = 0.2  # of back-to-back calls before timing: out of the GPU's idle clocks
 TIMED_CALLS = 15
-# GPU clock cycles of spinning before each timed call: ~100 us at the H200's 1.98 GHz,
-# several times the host time of queueing one call.
-HOST_COVER_CYCLES = 200_000
-# torch's spin kernel (private, present since torch 1.x); without it the flush alone
-# has to cover the host's queueing time.
-_spin = getattr(torch.cuda, "_sleep", None)
-# When the fastest candidate's single call takes less than this, the candidates are
-# ranked again by CUDA-graph replays of GRAPH_CALLS back-to-back calls, the benchmark
-# suite's protocol for such kernels (benchmarks/suite.py --graph-below-us 20). For
-# 15-20 us kernels the two protocols disagreed on the winner (benchmarks/NOTES.md
-# section 13), and only back-to-back calls see a dependent launch pay (section 15).
-GRAPH_BELOW_MS = 0.020
+# When the fastest candidate's single call takes less than timing.GRAPH_BELOW_MS, the
+# candidates are ranked again by CUDA-graph replays of GRAPH_CALLS back-to-back calls,
+# the benchmark suite's protocol for such kernels. For 15-20 us kernels the two
+# protocols disagreed on the winner (benchmarks/NOTES.md section 13), and only
+# back-to-back calls see a dependent launch pay (section 15).
 GRAPH_CALLS = 20
 GRAPH_REPLAYS = 10
 
@@ -115,65 +109,28 @@ def measured_config(key: str) -> GemmConfig | None:
     return None if fields is None else GemmConfig(**fields)
 
 
-def _time_candidates(fns: dict, flush: torch.Tensor) -> dict[str, float]:
-    """Median milliseconds per candidate of single calls, each after an L2 flush, as a
-    model runs them (weights come from HBM, not from the previous call's L2 lines).
+def _time_candidates(fns: dict, flush: L2Flush) -> dict[str, float]:
+    """Median milliseconds per candidate of single calls, each after ``flush``
+    (``wsgemm.timing``: operands from HBM, as a model's weights are, and the host's
+    queueing covered).
 
     The candidates take turns call by call, after a warm-up that keeps the GPU busy:
     compiling them leaves it idle for seconds, and timing each one straight after its
     compile measured the GPU's state as much as the kernel (a bucket's candidates
     took 14-18 us in one H200 run and 28-95 us in the next; benchmarks/NOTES.md
     section 10). Taking turns exposes every candidate to the same drift.
-
-    The flush *reads* a buffer twice the L2's size: a memset would leave the L2 full
-    of dirty lines whose write-back competes with the timed kernel. A spin kernel
-    after it keeps the GPU busy while the host queues the timed call: the flush alone
-    (~30 us) was not always longer than queueing a swapped or split call, and the
-    host's time then leaked into the timings of decode shapes (measured 22-54 us for
-    kernels the suite times at 15-20 us; benchmarks/NOTES.md section 10).
     """
     deadline = time.perf_counter() + WARMUP_SECONDS
     while time.perf_counter() < deadline:
         for fn in fns.values():
-            flush.sum()
+            flush.evict()
             fn()
         torch.cuda.synchronize()
-
-    def flush_then_cover_the_host():
-        flush.sum()
-        if _spin is not None:
-            _spin(HOST_COVER_CYCLES)
-
-    times = time_in_turns(fns, TIMED_CALLS, flush_then_cover_the_host)
+    times = time_in_turns(fns, TIMED_CALLS, flush)
     return {name: statistics.median(ms) for name, ms in times.items()}
 
 
-def time_in_turns(fns: dict, rounds: int, before_each) -> dict[str, list[float]]:
-    """Milliseconds of every call, timed with CUDA events around it: each round calls
-    every function once, in turn, with ``before_each()`` queued ahead of each timed
-    call (an L2 flush, say). Also the benchmarks' timing loop (benchmarks/bench_gemm.py)."""
-    events = {name: [] for name in fns}
-    for _ in range(rounds):
-        for name, fn in fns.items():
-            before_each()
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            fn()
-            end.record()
-            events[name].append((start, end))
-    torch.cuda.synchronize()
-    return {name: [start.elapsed_time(end) for start, end in pairs] for name, pairs in events.items()}
-
-
-def graph_operand_copies(operand_bytes: int, l2_bytes: int, calls: int) -> int:
-    """Operand copies to rotate through in a graph of ``calls`` back-to-back GEMMs, so
-    that each call reads operands that the previous ones pushed out of L2 (twice the
-    L2 size between reuses), as in a model where each layer has its own weights. Also
-    the benchmark suite's (benchmarks/suite.py)."""
-    return max(1, min(calls, -(-2 * l2_bytes // operand_bytes)))
-
-
-def _time_graphs(calls: dict, a: torch.Tensor, b: torch.Tensor, flush: torch.Tensor) -> dict[str, float]:
+def _time_graphs(calls: dict, a: torch.Tensor, b: torch.Tensor, flush: L2Flush) -> dict[str, float]:
     """Median milliseconds per call of each candidate ``calls[name](a, b)`` in CUDA-graph
     replays of GRAPH_CALLS back-to-back calls, the candidates' replays taking turns,
     each after an L2 flush. The calls rotate over copies of the operands, enough that
@@ -189,13 +146,8 @@ def _time_graphs(calls: dict, a: torch.Tensor, b: torch.Tensor, flush: torch.Ten
             for i in range(GRAPH_CALLS):
                 call(*operands[i % copies])
         replays[name] = graph.replay
-    times = time_in_turns(replays, GRAPH_REPLAYS, flush.sum)
+    times = time_in_turns(replays, GRAPH_REPLAYS, flush.evict)
     return {name: statistics.median(ms) / GRAPH_CALLS for name, ms in times.items()}
-
-
-def _l2_flush_buffer(device) -> torch.Tensor:
-    l2_bytes = torch.cuda.get_device_properties(device).L2_cache_size
-    return torch.zeros(2 * l2_bytes // 4, dtype=torch.float32, device=device)
 
 
 def tuned_config(a, b, out, out_dtype, *, key: str, candidates: list[GemmConfig], progress: bool = True,
@@ -245,7 +197,7 @@ def tuned_config(a, b, out, out_dtype, *, key: str, candidates: list[GemmConfig]
         runnable[name] = (config, call)
     if not runnable:
         raise ConfigError(f"autotune: no candidate ran for {key}: {rejected}")
-    flush = _l2_flush_buffer(a.device)
+    flush = L2Flush(a.device)
     calls = {name: call for name, (_, call) in runnable.items()}
     timings = _time_candidates({name: (lambda c: lambda: c(a, b))(call) for name, call in calls.items()}, flush)
     timing = "events"

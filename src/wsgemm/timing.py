@@ -1,0 +1,97 @@
+"""How wsgemm times kernels: one protocol for the autotuner, which ranks candidates by
+it, and the benchmarks, which report by it.
+
+- **Single calls, in turns.** Each round calls every implementation once, in turn,
+  with CUDA events around each call (:func:`time_in_turns`), so slow drift of the
+  GPU's clocks or of a neighbour's load touches them all alike.
+- **Cold L2, clean L2** (:class:`L2Flush`). Before each timed call a kernel *reads*
+  a buffer twice the L2's size, so operands come from HBM as a model's weights do,
+  then a spin kernel keeps the GPU busy while the host queues the timed call (a
+  flush alone was not always longer than queueing a swapped or split decode call,
+  and the host's time leaked into the timing: benchmarks/NOTES.md section 10). A
+  memset flush would leave the L2 full of dirty lines whose write-back competes with
+  the kernel timed (section 6); the suite's ``--flush write`` keeps that protocol,
+  which it used until session 14, for comparison (section 23).
+- **Short kernels in graphs.** Where the fastest single call takes under
+  :data:`GRAPH_BELOW_MS`, launch latency is a large part of it, and only back-to-back
+  calls let a programmatic dependent launch overlap the previous kernel (section 15):
+  such kernels are timed again as CUDA-graph replays of back-to-back calls over
+  rotating operand copies (:func:`graph_operand_copies`).
+"""
+
+from __future__ import annotations
+
+import torch
+
+# Below this the single call of the fastest implementation is also timed in graphs.
+GRAPH_BELOW_MS = 0.020
+# GPU clock cycles of spinning after the flush: ~100 us at the H200's 1.98 GHz,
+# several times the host time of queueing one call.
+HOST_COVER_CYCLES = 200_000
+# torch's spin kernel (private, present since torch 1.x); without it the flush alone
+# has to cover the host's queueing time.
+_spin = getattr(torch.cuda, "_sleep", None)
+# The write flush: several times the 50-60 MB L2 of an H100/H200.
+WRITE_FLUSH_BYTES = 512 * 1024 * 1024
+
+
+class L2Flush:
+    """What runs before each timed call: ``"read"`` (the protocol above) or
+    ``"write"`` (a 512 MiB memset, the benchmark suite's protocol through session 13)."""
+
+    MODES = ("read", "write")
+
+    def __init__(self, device=None, mode: str = "read"):
+        if mode not in self.MODES:
+            raise ValueError(f"L2 flush mode must be one of {self.MODES}, got {mode!r}")
+        device = torch.device(device or "cuda")
+        l2_bytes = torch.cuda.get_device_properties(device).L2_cache_size
+        self.mode = mode
+        self.bytes = 2 * l2_bytes if mode == "read" else WRITE_FLUSH_BYTES
+        self._buffer = torch.zeros(self.bytes // 4, dtype=torch.float32, device=device)
+
+    def __call__(self) -> None:
+        if self.mode == "write":
+            self._buffer.zero_()  # long enough (~150 us) to cover the host by itself
+            return
+        self._buffer.sum()
+        if _spin is not None:
+            _spin(HOST_COVER_CYCLES)
+
+    def evict(self) -> None:
+        """Evict the L2 without covering the host: before a graph replay, which the
+        host queues in one call."""
+        if self.mode == "write":
+            self._buffer.zero_()
+        else:
+            self._buffer.sum()
+
+    def describe(self) -> str:
+        if self.mode == "write":
+            return f"L2 flushed ({self.bytes >> 20} MiB write)"
+        return f"L2 flushed ({self.bytes >> 20} MiB read, then a {HOST_COVER_CYCLES // 1000}k-cycle spin)"
+
+
+def time_in_turns(fns: dict, rounds: int, before_each) -> dict[str, list[float]]:
+    """Milliseconds of every call, timed with CUDA events around it: each round calls
+    every function once, in turn, with ``before_each()`` queued ahead of each timed
+    call (an :class:`L2Flush`, say)."""
+    events = {name: [] for name in fns}
+    for _ in range(rounds):
+        for name, fn in fns.items():
+            before_each()
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            fn()
+            end.record()
+            events[name].append((start, end))
+    torch.cuda.synchronize()
+    return {name: [start.elapsed_time(end) for start, end in pairs] for name, pairs in events.items()}
+
+
+def graph_operand_copies(operand_bytes: int, l2_bytes: int, calls: int) -> int:
+    """Operand copies to rotate through in a graph of ``calls`` back-to-back GEMMs, so
+    that each call reads operands that the previous ones pushed out of L2 (twice the
+    L2 size between reuses), as in a model where each layer has its own weights."""
+    return max(1, min(calls, -(-2 * l2_bytes // operand_bytes)))
+
