@@ -106,7 +106,9 @@ def test_candidates_are_checked_then_timed_in_turns_and_the_fastest_is_kept(cach
     best = autotune.tuned_config(a, a, None, None, key=key(2), candidates=candidates, progress=False)
     assert best == GemmConfig(tile_m=128, tile_n=128)
     timed = calls[3:]  # after each candidate's one checking call
-    assert timed == ["128x256", "128x128"] * autotune.TIMED_CALLS  # in turns, the rejected one never
+    # In turns, the rejected one never; each round opens with an untimed call of its
+    # first candidate (wsgemm.timing.time_in_turns with a rest between rounds).
+    assert timed == ["128x256", "128x256", "128x128"] * autotune.TIMED_CALLS
     entry = json.loads((cache_dir / "autotune.json").read_text())[key(2)]
     assert set(entry["ms"]) == {c.short() for c in (candidates[0], candidates[2])}
     assert "differs from the first candidate" in entry["rejected"][candidates[1].short()]

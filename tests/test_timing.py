@@ -38,3 +38,36 @@ def test_calls_are_timed_in_turns_with_the_flush_before_each(monkeypatch):
                                  lambda: log.append("flush"))
     assert log == ["flush", "x", "flush", "y"] * 3
     assert times == {"x": [1.0] * 3, "y": [1.0] * 3}
+
+
+def test_resting_after_each_round_idles_the_gpu_in_proportion_to_the_round(monkeypatch):
+    import torch
+
+    clock = [0.0]
+    log = []
+
+    class Event:
+        def __init__(self, enable_timing=False):
+            pass
+
+        def record(self):
+            pass
+
+        def elapsed_time(self, end):
+            return 1.0
+
+    def call():
+        clock[0] += 0.010  # each call: 10 ms of wall time
+        log.append("call")
+
+    monkeypatch.setattr(torch.cuda, "Event", Event)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda: log.append("sync"))
+    monkeypatch.setattr(timing.time, "perf_counter", lambda: clock[0])
+    monkeypatch.setattr(timing.time, "sleep", lambda s: log.append(round(s, 6)))
+    timing.time_in_turns({"x": call, "y": call}, 2, lambda: None, rest=2.0)
+    # Each round: an untimed call to bring the clocks back, both timed calls, wait for
+    # the GPU, then twice the timed calls' 20 ms idle.
+    assert log == ["call", "call", "call", "sync", 0.04] * 2 + ["sync"]
+    log.clear()
+    timing.time_in_turns({"x": call}, 2, lambda: None)  # no rest: one synchronize at the end
+    assert log == ["call", "call", "sync"]

@@ -21,6 +21,8 @@ it, and the benchmarks, which report by it.
 
 from __future__ import annotations
 
+import time
+
 import torch
 
 # Below this the single call of the fastest implementation is also timed in graphs.
@@ -72,12 +74,26 @@ class L2Flush:
         return f"L2 flushed ({self.bytes >> 20} MiB read, then a {HOST_COVER_CYCLES // 1000}k-cycle spin)"
 
 
-def time_in_turns(fns: dict, rounds: int, before_each) -> dict[str, list[float]]:
+def time_in_turns(fns: dict, rounds: int, before_each, rest: float = 0.0) -> dict[str, list[float]]:
     """Milliseconds of every call, timed with CUDA events around it: each round calls
     every function once, in turn, with ``before_each()`` queued ahead of each timed
-    call (an :class:`L2Flush`, say)."""
+    call (an :class:`L2Flush`, say).
+
+    ``rest``: after each round, wait for the GPU and leave it idle ``rest`` times as
+    long as the round took. Under ~0.1 s or more of back-to-back large GEMMs an H200
+    drops its SM clock from 1980 to 1425-1560 MHz, and every call is then timed ~15 %
+    slower (benchmarks/NOTES.md section 23); resting keeps the clocks where a short
+    burst of calls (the suite's timing of most shapes) finds them. The first large
+    kernel after a rest ran up to 30 % slower than its twin later in the round (the
+    clocks come back from the idle), so with ``rest`` each round starts with an
+    untimed call of its first function."""
     events = {name: [] for name in fns}
+    first = next(iter(fns.values()), None)
     for _ in range(rounds):
+        if rest and first is not None:
+            before_each()
+            first()
+        started = time.perf_counter()
         for name, fn in fns.items():
             before_each()
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -85,6 +101,9 @@ def time_in_turns(fns: dict, rounds: int, before_each) -> dict[str, list[float]]
             fn()
             end.record()
             events[name].append((start, end))
+        if rest:
+            torch.cuda.synchronize()
+            time.sleep(rest * (time.perf_counter() - started))
     torch.cuda.synchronize()
     return {name: [start.elapsed_time(end) for start, end in pairs] for name, pairs in events.items()}
 
