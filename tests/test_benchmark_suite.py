@@ -496,3 +496,18 @@ def test_the_ncu_summary_counts_opcodes_and_stalls_per_kernel(tmp_path):
     assert a["speed_of_light"] == {"elapsed_cycles": "99,376 cycle", "memory_throughput": "69.44 %",
                                    "duration": "57.70 us"}  # the first Memory Throughput row only
     assert b["top_opcodes"] == {"HGMMA": 50} and b["speed_of_light"] == {"duration": "53.57 us"}
+
+
+def test_clock_throttle_table_names_the_fastest_candidate_and_unsampled_phases():
+    clock_throttle = load("clock_throttle")
+
+    report = {"command": "python benchmarks/clock_throttle.py --shape 8x8x8 --rest 0",
+              "environment": {"gpu": "NVIDIA H200", "torch": "2.11", "wsgemm": "0.1.0", "date": "today"},
+              "runs": [{"shape": "8x8x8", "rest": 0.0,
+                        "timings_us": {"suite": {"wsgemm default": 1.0, "torch.matmul": 2.0},
+                                       "autotuner, 12 candidates": {"a": 3.0, "b": 2.5, "torch.matmul": 2.0}},
+                        "sm_clock_mhz": {"suite": {"min": None, "max": None, "samples": []},
+                                         "autotuner, 12 candidates": {"min": 1575, "max": 1980, "samples": [1980, 1575]}}}]}
+    md = clock_throttle.render(report)
+    assert "| 8x8x8 | 0 | suite | 1.0 | 2.0 | - | not sampled |" in md
+    assert "| 8x8x8 | 0 | autotuner, 12 candidates | - | 2.0 | 2.5 (b) | 1575-1980 |" in md
