@@ -38,7 +38,7 @@ WARMUP_SECONDS = 0.2  # of rounds of calls before timing: out of the GPU's idle 
 TIMED_CALLS = 15
 # After each round of calls (warm-up and timed) the GPU idles twice as long as the
 # round took. Timed back to back, large candidates ran with the SM clock throttled to
-# 1425-1560 MHz, ~15 % slower than the suite times the same kernels in its short
+# 1575-1665 MHz, 8-18 % slower than the suite times the same kernels in its short
 # bursts (benchmarks/NOTES.md section 23): they were ranked in another regime.
 REST_AFTER_ROUND = 2.0
 # When the fastest candidate's single call takes less than timing.GRAPH_BELOW_MS, the

@@ -81,7 +81,7 @@ def time_in_turns(fns: dict, rounds: int, before_each, rest: float = 0.0) -> dic
 
     ``rest``: after each round, wait for the GPU and leave it idle ``rest`` times as
     long as the round took. Under ~0.1 s or more of back-to-back large GEMMs an H200
-    drops its SM clock from 1980 to 1425-1560 MHz, and every call is then timed ~15 %
+    drops its SM clock from 1980 to 1575-1665 MHz, and every call is then timed 8-18 %
     slower (benchmarks/NOTES.md section 23); resting keeps the clocks where a short
     burst of calls (the suite's timing of most shapes) finds them. The first large
     kernel after a rest ran up to 30 % slower than its twin later in the round (the
@@ -113,4 +113,3 @@ def graph_operand_copies(operand_bytes: int, l2_bytes: int, calls: int) -> int:
     that each call reads operands that the previous ones pushed out of L2 (twice the
     L2 size between reuses), as in a model where each layer has its own weights."""
     return max(1, min(calls, -(-2 * l2_bytes // operand_bytes)))
-
