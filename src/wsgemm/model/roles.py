@@ -101,7 +101,9 @@ class RingModel:
         """``AccRing.mma_commit``: accumulator ``count`` is full once its MMAs complete."""
         return Commit(self.full(count), self.phase(count))
 
-    # -- consumer side (SmemRing.consumer_*, warp_release, mma_release; AccRing.epilogue_*)
+    # -- consumer side (SmemRing.consumer_*_slot, warp_release_slot, mma_release_slot;
+    #    AccRing.epilogue_*). The kernels step (slot, parity) along their k-loops; the
+    #    model names the same barrier phases by the running count they stand for.
 
     def consumer_try_wait(self, count: int) -> Op:
         return TryWait(self.full(count), self.consumer_parity(count, self.num_stages))
@@ -110,11 +112,11 @@ class RingModel:
         return Wait(self.full(count), self.consumer_parity(count, self.num_stages), token_valid)
 
     def release(self, count: int, warps: int) -> Op:
-        """One arrival per releasing warp on ``empty`` (``warp_release``, ``epilogue_release``)."""
+        """One arrival per releasing warp on ``empty`` (``warp_release_slot``, ``epilogue_release``)."""
         return Arrive(self.empty(count), warps, self.phase(count))
 
     def commit_release(self, count: int) -> Op:
-        """``SmemRing.mma_release``: ``tcgen05.commit`` -> ``empty`` once the MMAs that
+        """``SmemRing.mma_release_slot``: ``tcgen05.commit`` -> ``empty`` once the MMAs that
         read the slot complete."""
         return Commit(self.empty(count), self.phase(count))
 
