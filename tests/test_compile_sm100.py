@@ -132,11 +132,11 @@ def test_mma_descriptors_are_built_in_uniform_registers(config):
     GemmConfig(tile_m=128, tile_n=128, stages=5),
     GemmConfig(tile_m=128, tile_n=128, cluster_m=2, two_cta=True, stages=6),
 ], ids=lambda c: c.short())
-def test_the_mma_warps_k_loop_has_no_division_by_the_ring_depth(config):
-    """The MMA warp steps its ring slot and wait parity along the k-loop, as the SM90
-    consumer does: taken from a running count, a ring depth that is not a power of
-    two put two divisions (``UIMAD.WIDE`` by a magic number, ``ULEA.HI``) into every
-    k-block of this single-thread issue loop."""
+def test_the_k_loops_have_no_division_by_the_ring_depth(config):
+    """The MMA warp and the TMA producer step their ring slot and wait parity along
+    their k-loops (``SmemRing.next_slot``), as the SM90 roles do: taken from a running
+    count, a ring depth that is not a power of two put two divisions (``UIMAD.WIDE`` by
+    a magic number, ``ULEA.HI``) into every k-block of these single-thread issue loops."""
     _, compiled = build(config=config)
     sass = disassemble(compiled.cubin_path)
     if sass is None:
@@ -144,3 +144,6 @@ def test_the_mma_warps_k_loop_has_no_division_by_the_ring_depth(config):
     loop = sass_loop_around(sass, "UTCHMMA")
     assert len([ins for ins in loop if sass_opcode(ins) == "UTCHMMA"]) == config.tile_k // 16
     assert not [ins for ins in loop if ".HI" in sass_mnemonic(ins)]
+    producer_loop = sass_loop_around(sass, "UTMALDG")
+    assert len([ins for ins in producer_loop if sass_opcode(ins) == "UTMALDG"]) == 2  # A and B
+    assert not [ins for ins in producer_loop if ".HI" in sass_mnemonic(ins)]

@@ -293,11 +293,13 @@ def test_wgmma_descriptors_are_built_in_uniform_registers(config):
     GemmConfig(tile_m=128, tile_n=192, cluster_m=2, stages=5, epi_stages=3),
     GemmConfig(tile_m=64, tile_n=64, stages=13, epi_stages=4),
 ], ids=lambda c: c.short())
-def test_no_division_by_the_ring_depth_among_the_wgmmas(config):
-    """The consumer steps its ring slot and wait parity along with its k-blocks. Taken
-    from the running count (``count % stages``), a ring depth that is not a power of
-    two put a division (``IMAD.HI``, ``LEA.HI``) between the wgmmas of every k-block,
-    where ncu sampled "dispatch" stalls (benchmarks/NOTES.md section 21)."""
+def test_no_division_by_the_ring_depth_in_the_k_loops(config):
+    """Both roles step their ring slot and wait parity along their k-loops
+    (``SmemRing.next_slot``). Taken from the running count (``count % stages``), a
+    ring depth that is not a power of two put a division (``IMAD.HI``, ``LEA.HI``)
+    between the wgmmas of every k-block, where ncu sampled "dispatch" stalls
+    (benchmarks/NOTES.md section 21), and 7-8 ``.HI`` instructions into each k-block
+    of the TMA producer (twice its length now; section 24)."""
     _, compiled = build(config=config)
     sass = disassemble(compiled.cubin_path)
     if sass is None:
@@ -306,6 +308,9 @@ def test_no_division_by_the_ring_depth_among_the_wgmmas(config):
     wgmmas = [i for i, ins in enumerate(instructions) if sass_opcode(ins) == "HGMMA"]
     among = instructions[wgmmas[0]:wgmmas[-1] + 1]
     assert not [ins for ins in among if ".HI" in sass_mnemonic(ins)]
+    producer_loop = sass_loop_around(sass, "UTMALDG")
+    assert len([ins for ins in producer_loop if sass_opcode(ins) == "UTMALDG"]) == 2  # A and B
+    assert not [ins for ins in producer_loop if ".HI" in sass_mnemonic(ins)]
 
 
 def test_the_sass_helpers_read_nvdisasm_lines():

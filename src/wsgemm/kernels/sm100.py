@@ -251,10 +251,12 @@ class Sm100Gemm(GemmKernelBase):
             cute.group_modes(sB, 0, 3), cute.group_modes(thr_mma.partition_B(gB), 0, 3),
         )
 
-        count = Int32(0)
+        # The ring position of the next k-block to load, across tiles.
+        slot = Int32(0)
+        parity = Int32(stages.empty_wait_parity(0, self.num_stages))
         token = Boolean(False)
         if cutlass.const_expr(self.lookahead == cfg.Lookahead.BEFORE_COPY):
-            token = ring.producer_try_acquire(count)
+            token = ring.producer_try_acquire(slot, parity)
         work = cluster_id
         while work < clusters_m * clusters_n * batches:
             mma_m, tile_n, batch = self.tile_of(work, sched)
@@ -265,11 +267,11 @@ class Sm100Gemm(GemmKernelBase):
                 cute.copy(tma_b, tBgB[(None, tile_n, kb, batch)], tBsB[(None, slot)],
                           tma_bar_ptr=full, mcast_mask=b_mask)
 
-            count, token = produce_k_blocks(
-                ring, count, token, k_blocks, self.lookahead, is_leader, issue_copies
+            slot, parity, token = produce_k_blocks(
+                ring, slot, parity, token, k_blocks, self.lookahead, is_leader, issue_copies
             )
             work += num_clusters
-        ring.producer_tail(count)
+        ring.producer_tail(slot, parity)
 
     # -- MMA warp ----------------------------------------------------------------------
 
@@ -294,10 +296,8 @@ class Sm100Gemm(GemmKernelBase):
                 acc_mask = (1 << rank) | (1 << (rank ^ 1))
         peeks = self.lookahead != cfg.Lookahead.NONE
 
-        # The ring slot of the next k-block and the parity its full barrier completes
-        # with, stepped along the k-loop across tiles (the SM90 consumer's reason: taken
-        # from a running count, a ring depth that is not a power of two put two
-        # divisions into every k-block of this single-thread issue loop).
+        # The ring position of the next k-block and the parity its full barrier
+        # completes with, stepped along the k-loop across tiles (``SmemRing.next_slot``).
         slot = Int32(0)
         parity = Int32(stages.full_wait_parity(0, self.num_stages))
         acc_count = Int32(0)  # tiles accumulated
@@ -317,10 +317,7 @@ class Sm100Gemm(GemmKernelBase):
                         cute.gemm(tiled_mma, tAcc, tCrA[coord], tCrB[coord], tAcc)
                         tiled_mma.set(tcgen05.Field.ACCUMULATE, True)
                     ring.mma_release_slot(slot, slot_mask, self.cta_group)
-                    slot += 1
-                    if slot == self.num_stages:
-                        slot = Int32(0)
-                        parity = parity ^ 1
+                    slot, parity = ring.next_slot(slot, parity)
                     peek = Boolean(False)
                     if cutlass.const_expr(peeks):
                         if kb + 1 < k_blocks:
@@ -400,7 +397,10 @@ class Sm100Gemm(GemmKernelBase):
             cute.arch.cp_async_bulk_wait_group(0, read=True)
         epi_barrier.arrive_and_wait()  # every warp finished reading TMEM before it is freed
         tmem.relinquish_alloc_permit()
-        tmem.free(tmem_ptr)
+        # The address again from shared memory, not kept in a register across the tile
+        # loop: there it sat in the way of the 32 consecutive registers of each
+        # tcgen05.ld, and ptxas spilled it to local memory in some configurations.
+        tmem.free(tmem.retrieve_ptr(self.acc_dtype))
 
 
 def _group_mma_modes(t: cute.Tensor) -> cute.Tensor:

@@ -319,10 +319,12 @@ class Sm90Gemm(GemmKernelBase):
             tma_b, cta_m, cute.make_layout(cm), cute.group_modes(sB, 0, 2), cute.group_modes(gB, 0, 2)
         )
 
-        count = Int32(0)  # k-blocks handed to the ring so far, across all tiles
+        # The ring position of the next k-block to load, across tiles.
+        slot = Int32(0)
+        parity = Int32(stages.empty_wait_parity(0, self.num_stages))
         token = Boolean(False)
         if cutlass.const_expr(self.lookahead == cfg.Lookahead.BEFORE_COPY):
-            token = ring.producer_try_acquire(count)
+            token = ring.producer_try_acquire(slot, parity)
 
         splits, stream = self.config.split_k, self.config.stream_k
         units = clusters_m * clusters_n * batches
@@ -343,15 +345,15 @@ class Sm90Gemm(GemmKernelBase):
                 cute.copy(tma_b, tBgB[(None, tile_n, kb_first + kb, batch)], tBsB[(None, slot)],
                           tma_bar_ptr=full, mcast_mask=b_mask)
 
-            count, token = produce_k_blocks(
-                ring, count, token, kb_count, self.lookahead, Boolean(True), issue_copies
+            slot, parity, token = produce_k_blocks(
+                ring, slot, parity, token, kb_count, self.lookahead, Boolean(True), issue_copies
             )
             step += 1
         if cutlass.const_expr(self.config.dependent_launch):
             # This CTA reads no more operands: the next kernel on the stream may launch
             # (onto SMs this grid leaves) once every CTA has said so.
             cute.arch.griddepcontrol_launch_dependents()
-        ring.producer_tail(count)
+        ring.producer_tail(slot, parity)
 
     # -- consumers (wgmma warpgroups) + epilogue -----------------------------------------
 
@@ -481,10 +483,7 @@ class Sm90Gemm(GemmKernelBase):
                     if kb > 0:
                         ring.warp_release_slot(prev_slot, lane_signals, cm * cn > 1)
                 prev_slot = slot
-                slot += 1
-                if slot == self.num_stages:
-                    slot = Int32(0)
-                    parity = parity ^ 1
+                slot, parity = ring.next_slot(slot, parity)
                 read += 1
             if cutlass.const_expr(self.pingpong):
                 if step + 1 < steps:

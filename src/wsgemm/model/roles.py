@@ -102,8 +102,9 @@ class RingModel:
         return Commit(self.full(count), self.phase(count))
 
     # -- consumer side (SmemRing.consumer_*_slot, warp_release_slot, mma_release_slot;
-    #    AccRing.epilogue_*). The kernels step (slot, parity) along their k-loops; the
-    #    model names the same barrier phases by the running count they stand for.
+    #    AccRing.epilogue_*). The kernels step (slot, parity) along their k-loops
+    #    (SmemRing.next_slot), producer and consumers alike; the model names the same
+    #    barrier phases by the running count they stand for.
 
     def consumer_try_wait(self, count: int) -> Op:
         return TryWait(self.full(count), self.consumer_parity(count, self.num_stages))

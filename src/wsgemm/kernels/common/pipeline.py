@@ -13,8 +13,9 @@ both kernels run.
 warps, over ``acc_stages`` tensor-memory buffers, with the same two-barrier shape.
 
 Which slot and which parity a hand-over uses come from the pure functions in
-:mod:`.stages`, shared with the CPU pipeline model. Roles keep plain ``Int32``
-counters; nothing here owns loop state. Which CTAs a release must reach comes from
+:mod:`.stages`, shared with the CPU pipeline model; the k-loops step that position
+with :meth:`SmemRing.next_slot` instead of dividing a count. Roles keep the plain
+``Int32`` loop state; nothing here owns it. Which CTAs a release must reach comes from
 :func:`release_mask`, which the host-side protocol check (:mod:`.protocol`)
 enumerates with plain ints.
 """
@@ -99,59 +100,63 @@ class SmemRing:
                 cute.arch.mbarrier_init(self.full_base + s, 1)
                 cute.arch.mbarrier_init(self.empty_base + s, self.consumer_arrivals)
 
+    # -- the ring's position -------------------------------------------------------------
+
+    # Every role addresses the ring by a (slot, parity) pair that its loop steps along
+    # itself. The same pair follows from a running count (``stages.stage_index`` and
+    # the parity functions), but with a ring depth that is not a power of two that is a
+    # division (IMAD.HI and LEA.HI in SASS) in every k-block of the loop
+    # (benchmarks/NOTES.md section 21).
+
+    @cute.jit
+    def next_slot(self, slot, parity):
+        """The (slot, parity) of the hand-over after ``slot``'s: the parity a role waits
+        for flips each time the ring wraps."""
+        slot += 1
+        if slot == self.num_stages:
+            slot = Int32(0)
+            parity = parity ^ 1
+        return slot, parity
+
     # -- producer side ----------------------------------------------------------------
 
-    def full_barrier(self, count):
-        return self.full_base + stages.stage_index(count, self.num_stages)
-
-    def empty_barrier(self, count):
-        return self.empty_base + stages.stage_index(count, self.num_stages)
-
-    def producer_try_acquire(self, count) -> Boolean:
-        """Probe, without blocking for long, whether slot ``count`` may be refilled.
+    def producer_try_acquire(self, slot, parity) -> Boolean:
+        """Probe, without blocking for long, whether ``slot`` may be refilled.
 
         ``mbarrier.try_wait`` returns true if the phase completed, else false after a
         hardware time limit; the answer is a token for :meth:`producer_acquire`.
+        ``parity``: ``stages.empty_wait_parity`` of the hand-over's count.
         """
-        return cute.arch.mbarrier_try_wait(
-            self.empty_barrier(count), stages.empty_wait_parity(count, self.num_stages)
-        )
+        return cute.arch.mbarrier_try_wait(self.empty_base + slot, parity)
 
     @cute.jit
-    def producer_acquire(self, count, token: Boolean, announces_bytes: Boolean):
-        """Wait until slot ``count`` is empty (unless ``token`` says it already is),
-        then announce the bytes its TMA copies will deliver to ``full``.
+    def producer_acquire(self, slot, parity, token: Boolean, announces_bytes: Boolean):
+        """Wait until ``slot`` is empty (unless ``token`` says it already is), then
+        announce the bytes its TMA copies will deliver to ``full[slot]``.
 
         With a 2-CTA MMA only the leader CTA of the pair announces (the peer's copies
         complete on the leader's barrier), so ``announces_bytes`` is false there.
         """
         if not token:
-            cute.arch.mbarrier_wait(
-                self.empty_barrier(count), stages.empty_wait_parity(count, self.num_stages)
-            )
+            cute.arch.mbarrier_wait(self.empty_base + slot, parity)
         if announces_bytes:
             with cute.arch.elect_one():
-                cute.arch.mbarrier_arrive_and_expect_tx(self.full_barrier(count), self.tx_bytes)
+                cute.arch.mbarrier_arrive_and_expect_tx(self.full_base + slot, self.tx_bytes)
 
     @cute.jit
-    def producer_tail(self, count):
-        """Wait until the consumers released every slot once more.
+    def producer_tail(self, slot, parity):
+        """Wait until the consumers released every slot once more, starting at the
+        producer's next ``slot``.
 
         A CTA must not exit while peers can still arrive on its barriers or
         multicast into its shared memory; once all its slots are empty again,
         nothing of this CTA's work is in flight anywhere in the cluster.
         """
-        for i in cutlass.range_constexpr(self.num_stages):
-            cute.arch.mbarrier_wait(
-                self.empty_barrier(count + i), stages.empty_wait_parity(count + i, self.num_stages)
-            )
+        for _ in cutlass.range_constexpr(self.num_stages):
+            cute.arch.mbarrier_wait(self.empty_base + slot, parity)
+            slot, parity = self.next_slot(slot, parity)
 
     # -- consumer side ----------------------------------------------------------------
-
-    # Consumers address the ring by a (slot, parity) pair that their k-loop steps
-    # along itself: the slot of a running count is ``count % num_stages``, and with a
-    # ring depth that is not a power of two that is a division (IMAD.HI and LEA.HI in
-    # SASS) between the MMAs of every k-block (benchmarks/NOTES.md section 21).
 
     def consumer_try_wait_slot(self, slot, parity) -> Boolean:
         return cute.arch.mbarrier_try_wait(self.full_base + slot, parity)
@@ -186,33 +191,34 @@ class SmemRing:
 
 
 @cute.jit
-def produce_k_blocks(ring: SmemRing, count: Int32, token: Boolean, k_blocks: Int32,
+def produce_k_blocks(ring: SmemRing, slot: Int32, parity: Int32, token: Boolean, k_blocks: Int32,
                      policy: cutlass.Constexpr, announces_bytes: Boolean, issue_copies: cutlass.Constexpr):
     """The TMA producer's k-loop for one output tile, shared by the SM90 and SM100 kernels.
 
-    For each k-block: acquire slot ``count`` (blocking only if ``token`` says it is not
-    known to be empty), then ``issue_copies(kb, slot, full_barrier)``. ``policy``
-    places the probe of the *next* slot: before the copies (``BEFORE_COPY``, CUTLASS's
-    ``load()`` order), after them except on the last k-block (``AFTER_COPY``), or
-    nowhere (``NONE``). Returns the advanced counter and the token for the next tile.
+    ``slot`` and ``parity`` are the ring position of the tile's first k-block (the
+    parity its empty barrier must complete). For each k-block: acquire the slot
+    (blocking only if ``token`` says it is not known to be empty), then
+    ``issue_copies(kb, slot, full_barrier)``. ``policy`` places the probe of the
+    *next* slot: before the copies (``BEFORE_COPY``, CUTLASS's ``load()`` order), after
+    them except on the last k-block (``AFTER_COPY``), or nowhere (``NONE``). Returns
+    the position after the tile and the token for the next tile.
     """
     for kb in cutlass.range(k_blocks, unroll=1):
         if cutlass.const_expr(policy == Lookahead.NONE):
             token = Boolean(False)
-        ring.producer_acquire(count, token, announces_bytes)
-        full = ring.full_barrier(count)
-        slot = stages.stage_index(count, ring.num_stages)
-        count += 1
+        ring.producer_acquire(slot, parity, token, announces_bytes)
+        next_slot, next_parity = ring.next_slot(slot, parity)
         if cutlass.const_expr(policy == Lookahead.BEFORE_COPY):
             # The probe's answer is needed one iteration later, so this try_wait
             # overlaps the copies issued below instead of stalling in front of them.
-            token = ring.producer_try_acquire(count)
-        issue_copies(kb, slot, full)
+            token = ring.producer_try_acquire(next_slot, next_parity)
+        issue_copies(kb, slot, ring.full_base + slot)
         if cutlass.const_expr(policy == Lookahead.AFTER_COPY):
             token = Boolean(False)
             if kb + 1 < k_blocks:
-                token = ring.producer_try_acquire(count)
-    return count, token
+                token = ring.producer_try_acquire(next_slot, next_parity)
+        slot, parity = next_slot, next_parity
+    return slot, parity, token
 
 
 class AccRing:

@@ -4,10 +4,12 @@ Pure functions of a running counter, so that the same code runs in three places:
 on plain Python ints in the CPU pipeline model (``wsgemm.model``), on DSL ``Int32``
 values inside the kernels, and in the tests that check one against the other.
 
-Every role keeps one counter per ring: the number of stages it has handed over
+Every role has one running count per ring: the number of stages it has handed over
 so far (k-blocks loaded for the producer, k-blocks consumed for a consumer). The
-counter never resets between output tiles of a persistent kernel, so the ring
-simply keeps turning.
+count never resets between output tiles of a persistent kernel, so the ring
+simply keeps turning. The shared-memory ring's k-loops step the (slot, parity) of
+that count instead of dividing it (``SmemRing.next_slot``, a test checks both walks
+agree); the model, the accumulator ring and the consumers' start of a tile use these.
 
 An mbarrier's phase starts at 0 and flips each time its pending-arrival count
 (and, for TMA, its transaction count) reaches zero. ``mbarrier.try_wait.parity P``
