@@ -297,3 +297,22 @@ def test_a_cached_direct_plan_allocates_a_result_of_as_dtype_with_new_empty():
     d32 = other.run(a, b, None)
     assert other.run.__name__ == "run" and d32.dtype == torch.float32
     assert launched == [((48, 80), bf16, 3), ((48, 80), torch.float32, 3)]
+
+
+def test_plans_switch_devices_only_with_several_gpus_and_only_when_another_is_current(monkeypatch):
+    """The kernel launches on the current device's stream, so a plan for GPU 1 runs
+    with GPU 1 current; on a one-GPU host the plan's run skips that check."""
+    import contextlib
+
+    switched = []
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    monkeypatch.setattr(torch.cuda, "device", lambda d: contextlib.nullcontext(switched.append(d)))
+    a, b = torch.randn(4, 8, dtype=bf16), torch.randn(8, 6, dtype=bf16)
+    out = torch.full((4, 6), float("nan"), dtype=bf16)
+    for several in (False, True):
+        monkeypatch.setattr(api, "_several_gpus", lambda: several)
+        for index in (0, 1):
+            plan = api.Plan("trivial", (4, 6), bf16, torch.device("cuda", index))
+            assert plan.run(a, b, out) is out and not out.any()
+            out.fill_(float("nan"))
+    assert switched == [torch.device("cuda", 1)]

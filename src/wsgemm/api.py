@@ -239,6 +239,8 @@ class Plan:
             result_like_a = self.spec is not None and TORCH_DTYPES[self.dtype] == self.spec.ab_dtype
             object.__setattr__(self, "run", _direct_runner(self.kernel, self.clusters, self.shape, self.dtype,
                                                            self.device, result_like_a))
+        if _several_gpus():
+            object.__setattr__(self, "run", _on_own_device(self.run, self.device))
 
     def run(self, a, b, out):
         if out is None:
@@ -301,6 +303,20 @@ def _direct_runner(kernel, clusters: int, shape: tuple, dtype: torch.dtype, devi
         return out
 
     return run
+
+
+def _on_own_device(run, device: torch.device):
+    """``run`` with ``device`` current: the kernel launches on the current device's
+    stream, so switch devices if the operands live elsewhere (a question only worth
+    its ~0.3 us with several GPUs, so single-GPU plans skip it)."""
+
+    def run_on_device(a, b, out):
+        if device.index != torch.cuda.current_device():
+            with torch.cuda.device(device):
+                return run(a, b, out)
+        return run(a, b, out)
+
+    return run_on_device
 
 
 _plans: dict = {}
@@ -528,11 +544,6 @@ def gemm_eager(a, b, out=None, out_dtype=None, config=None) -> torch.Tensor:
                 if len(_plans) >= MAX_PLANS:
                     _plans.clear()
                 _plans[key] = plan
-    # The kernel launches on the current device's stream: switch devices if the
-    # operands live elsewhere (a question only worth its ~0.3 us with several GPUs).
-    if _several_gpus() and plan.device.index != torch.cuda.current_device():
-        with torch.cuda.device(plan.device):
-            return plan.run(a, b, out)
     return plan.run(a, b, out)
 
 
