@@ -167,19 +167,16 @@ def candidates_to_time(m: int, n: int, k: int, batches: int, sm_count: int, can_
     between them is its least reliable (the model keeps 8B QKV at M = 1 unswapped;
     measured at M <= 8, swapped ran 18.6 us against 21.8 us; benchmarks/NOTES.md
     section 10). Within a kind, :func:`_diverse` spreads the picks over tile shapes.
-    For long runs that are not swapped, the last candidates are the model's first
-    choice walking in raster bands (:func:`_banded_variant`) and, for long k-loops, on
-    ping-pong consumers (:func:`_long_pingpong_variant`).
+    For long runs that are not swapped, the last candidate is the model's first
+    choice walking in raster bands (:func:`_banded_variant`).
 
     ``tokens_up_to``: the largest M the winner will serve (the autotuner's bucket
     bound); swapped candidates' N tiles hold that many tokens, not just ``m``.
     """
     plain = _plain_candidates(m, n, k, batches, sm_count, model)
     if not (can_swap and batches == 1 and m <= SWAP_AB_MAX_M):
-        first = plain[0][1]
-        variants = [v for v in (_banded_variant(first, m, n, batches, sm_count),
-                                _long_pingpong_variant(first, m, n, k, batches, sm_count)) if v is not None]
-        return _diverse(plain, count - len(variants)) + variants
+        banded = _banded_variant(plain[0][1], m, n, batches, sm_count)
+        return _diverse(plain, count - 1) + [banded] if banded else _diverse(plain, count)
     swapped = _swapped_candidates(max(m, min(tokens_up_to or m, SWAP_AB_MAX_M)), n, k, sm_count, model)
     half = min(count // 2, len(swapped))
     return _diverse(plain, count - half) + _diverse(swapped, half)
@@ -204,24 +201,6 @@ def _banded_variant(config: GemmConfig, m: int, n: int, batches: int, sm_count: 
     if config.raster != Raster.ALONG_M or grid.clusters_m <= BAND_CLUSTERS or grid.units < 2 * slots:
         return None
     return dataclasses.replace(config, swizzle=BAND_CLUSTERS)
-
-
-def _long_pingpong_variant(config: GemmConfig, m: int, n: int, k: int, batches: int,
-                           sm_count: int) -> GemmConfig | None:
-    """``config`` on ping-pong consumers (:func:`pingpong_variant`) for a k-loop longer
-    than the launch policy's ``PINGPONG_MAX_K_BLOCKS``, over at least
-    ``PINGPONG_MIN_WAVES`` waves of 128-row tiles of an unbatched, unswapped problem;
-    else ``None``. There, with every unbatched problem on ping-pong, 10 LLM and square
-    rows ran 1.5-4.8 % faster (128x256 cooperative tiles -> 128x192 at many waves, and
-    128x192 with its epilogue hidden) and others up to 10 % slower, with no wave count
-    between them (benchmarks/NOTES.md section 20): measured per bucket, not modelled."""
-    if batches != 1 or config.swap_ab or config.tile_m != 128 or ceil_div(k, config.tile_k) <= PINGPONG_MAX_K_BLOCKS:
-        return None
-    pingpong = pingpong_variant(config, m, n, k, batches, sm_count)
-    if pingpong is None or (TileGrid.for_problem(m, n, batches, pingpong).units
-                            < PINGPONG_MIN_WAVES * resident_clusters(sm_count, pingpong.cluster_size)):
-        return None
-    return pingpong
 
 
 def _diverse(ranked, count: int) -> list[GemmConfig]:
