@@ -1,6 +1,6 @@
 """Measured best configurations per autotune shape bucket (generated; do not edit).
 
-Source: benchmarks/results/autotune_h200_c.json, benchmarks/results/autotune_h200_d.json, benchmarks/results/autotune_h200_e.json, benchmarks/results/autotune_h200_f.json, benchmarks/results/autotune_h200_g.json; superseded where they timed a bucket by benchmarks/results/autotune_h200_i.json.gz, benchmarks/results/autotune_h200_j.json.gz, by benchmarks/tuned_table.py. Keys are
+Source: benchmarks/results/autotune_h200_c.json, benchmarks/results/autotune_h200_d.json, benchmarks/results/autotune_h200_e.json, benchmarks/results/autotune_h200_f.json, benchmarks/results/autotune_h200_g.json; superseded where they timed a bucket by benchmarks/results/autotune_h200_i.json.gz, benchmarks/results/autotune_h200_j.json.gz, benchmarks/results/autotune_h200_q.json.gz, by benchmarks/tuned_table.py. Keys are
 ``wsgemm.autotune.bucket_key`` strings; values the non-default GemmConfig fields.
 """
 
@@ -93,6 +93,7 @@ MEASURED = {
     'NVIDIA H200|sm90|bf16->bf16|kkn|m<=96|n=4096|k=14336|l=1': {'split_k': 2, 'swap_ab': True, 'tile_m': 64, 'tile_n': 96},
     'NVIDIA H200|sm90|bf16->bf16|kkn|m<=96|n=4096|k=4096|l=1': {'cluster_m': 2, 'tile_m': 64, 'tile_n': 128},
     'NVIDIA H200|sm90|bf16->bf16|kkn|m<=96|n=6144|k=4096|l=1': {'swap_ab': True, 'tile_m': 64, 'tile_n': 96},
+    'NVIDIA H200|sm90|bf16->bf16|knn|m<=1024|n=1024|k=1024|l=1': {'tile_m': 64, 'tile_n': 128},
     'NVIDIA H200|sm90|bf16->bf16|knn|m<=16384|n=16384|k=16384|l=1': {},
     'NVIDIA H200|sm90|bf16->bf16|knn|m<=4096|n=4096|k=4096|l=1': {'cluster_m': 2, 'swizzle': 8},
     'NVIDIA H200|sm90|bf16->bf16|knn|m<=8192|n=8192|k=8192|l=1': {'cluster_m': 2, 'swizzle': 8},
