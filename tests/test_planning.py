@@ -310,7 +310,7 @@ def test_plans_switch_devices_only_with_several_gpus_and_only_when_another_is_cu
     a, b = torch.randn(4, 8, dtype=bf16), torch.randn(8, 6, dtype=bf16)
     out = torch.full((4, 6), float("nan"), dtype=bf16)
     for several in (False, True):
-        monkeypatch.setattr(api, "_several_gpus", lambda: several)
+        monkeypatch.setattr(api, "_several_gpus", lambda several=several: several)
         for index in (0, 1):
             plan = api.Plan("trivial", (4, 6), bf16, torch.device("cuda", index))
             assert plan.run(a, b, out) is out and not out.any()
