@@ -225,7 +225,7 @@ def _diverse(ranked, count: int) -> list[GemmConfig]:
 def _plain_candidates(m, n, k, batches, sm_count, model):
     # 64-row tiles up to M = 1024. At M = 128 two of them (paired by a cluster that
     # multicasts the weight) keep twice the SMs streaming as one 128-row tile. Up to
-    # M = 1024 they also beat the 128-row tiles of half their width, whose 64x64
+    # M = 1024 they also beat the 128-row tiles of half their width, whose narrower
     # wgmmas read more shared memory per FLOP, and the splits those got: on an H200
     # the model's 64-row picks at M = 384-1024 (N = 1024-2048, K = 1024) ran 1.06-1.89x
     # faster than its 128-row picks (benchmarks/NOTES.md section 24).

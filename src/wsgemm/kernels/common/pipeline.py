@@ -106,7 +106,7 @@ class SmemRing:
     # itself. The same pair follows from a running count (``stages.stage_index`` and
     # the parity functions), but with a ring depth that is not a power of two that is a
     # division (IMAD.HI and LEA.HI in SASS) in every k-block of the loop
-    # (benchmarks/NOTES.md section 21).
+    # (benchmarks/NOTES.md sections 21 and 24).
 
     @cute.jit
     def next_slot(self, slot, parity):
