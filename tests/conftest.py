@@ -19,3 +19,28 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "gpu" in item.keywords and not SM90_GPU:
             item.add_marker(skip)
+
+
+@pytest.fixture
+def fake_cuda_events(monkeypatch):
+    """Stand-ins for ``torch.cuda.Event`` and ``torch.cuda.synchronize``, to test timing
+    loops without a GPU: ``install(log, measure)`` makes an event remember how long
+    ``log`` was when recorded, and ``elapsed_time`` return ``measure(entries)`` of the
+    entries logged between two events."""
+    import torch
+
+    def install(log: list, measure):
+        class Event:
+            def __init__(self, enable_timing=False):
+                self.at = None
+
+            def record(self):
+                self.at = len(log)
+
+            def elapsed_time(self, end):
+                return measure(log[self.at:end.at])
+
+        monkeypatch.setattr(torch.cuda, "Event", Event)
+        monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
+
+    return install

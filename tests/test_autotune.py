@@ -66,7 +66,7 @@ def test_an_unreadable_cache_counts_as_empty(cache_dir):
     assert autotune._load() == {}
 
 
-def test_candidates_are_checked_then_timed_in_turns_and_the_fastest_is_kept(cache_dir, monkeypatch):
+def test_candidates_are_checked_then_timed_in_turns_and_the_fastest_is_kept(cache_dir, monkeypatch, fake_cuda_events):
     """The tuning loop on the CPU: stand-ins for the kernels (each call records its
     name and a duration) and for CUDA events (their elapsed time is the duration of
     the call between them)."""
@@ -84,20 +84,12 @@ def test_candidates_are_checked_then_timed_in_turns_and_the_fastest_is_kept(cach
             return torch.full((2, 2), 7.0)  # a wrong result: rejected, never timed
         return torch.ones(2, 2)
 
-    class Event:
-        def __init__(self, enable_timing=False):
-            self.index = None
-
-        def record(self):
-            self.index = len(calls)
-
-        def elapsed_time(self, end):
-            (name,) = calls[self.index:end.index]  # exactly one call between the two events
-            return speed[name]
+    def one_call(between):
+        (name,) = between  # exactly one call between the two events
+        return speed[name]
 
     monkeypatch.setattr(api, "gemm_eager", gemm_eager)
-    monkeypatch.setattr(torch.cuda, "Event", Event)
-    monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
+    fake_cuda_events(calls, one_call)
     monkeypatch.setattr(autotune, "L2Flush", NoFlush)
     monkeypatch.setattr(autotune, "WARMUP_SECONDS", 0.0)
     a = torch.ones(2, 2)

@@ -17,50 +17,26 @@ def test_an_unknown_flush_mode_is_refused_before_touching_a_gpu():
         timing.L2Flush(mode="memset")
 
 
-def test_calls_are_timed_in_turns_with_the_flush_before_each(monkeypatch):
-    import torch
-
+def test_calls_are_timed_in_turns_with_the_flush_before_each(fake_cuda_events):
     log = []
-
-    class Event:
-        def __init__(self, enable_timing=False):
-            self.at = None
-
-        def record(self):
-            self.at = len(log)
-
-        def elapsed_time(self, end):
-            return float(end.at - self.at)  # calls made between the two events
-
-    monkeypatch.setattr(torch.cuda, "Event", Event)
-    monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
+    fake_cuda_events(log, lambda between: float(len(between)))  # calls made between the two events
     times = timing.time_in_turns({"x": lambda: log.append("x"), "y": lambda: log.append("y")}, 3,
                                  lambda: log.append("flush"))
     assert log == ["flush", "x", "flush", "y"] * 3
     assert times == {"x": [1.0] * 3, "y": [1.0] * 3}
 
 
-def test_resting_after_each_round_idles_the_gpu_in_proportion_to_the_round(monkeypatch):
+def test_resting_after_each_round_idles_the_gpu_in_proportion_to_the_round(monkeypatch, fake_cuda_events):
     import torch
 
     clock = [0.0]
     log = []
 
-    class Event:
-        def __init__(self, enable_timing=False):
-            pass
-
-        def record(self):
-            pass
-
-        def elapsed_time(self, end):
-            return 1.0
-
     def call():
         clock[0] += 0.010  # each call: 10 ms of wall time
         log.append("call")
 
-    monkeypatch.setattr(torch.cuda, "Event", Event)
+    fake_cuda_events(log, lambda between: 1.0)
     monkeypatch.setattr(torch.cuda, "synchronize", lambda: log.append("sync"))
     monkeypatch.setattr(timing.time, "perf_counter", lambda: clock[0])
     monkeypatch.setattr(timing.time, "sleep", lambda s: log.append(round(s, 6)))

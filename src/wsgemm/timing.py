@@ -53,11 +53,9 @@ class L2Flush:
         self._buffer = torch.zeros(self.bytes // 4, dtype=torch.float32, device=device)
 
     def __call__(self) -> None:
-        if self.mode == "write":
-            self._buffer.zero_()  # long enough (~150 us) to cover the host by itself
-            return
-        self._buffer.sum()
-        if _spin is not None:
+        self.evict()
+        # The write flush is long enough (~150 us) to cover the host by itself.
+        if self.mode == "read" and _spin is not None:
             _spin(HOST_COVER_CYCLES)
 
     def evict(self) -> None:
