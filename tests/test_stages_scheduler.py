@@ -27,10 +27,11 @@ def test_producer_parity_is_the_consumers_parity_one_lap_earlier():
 
 
 def test_stepping_the_ring_position_walks_the_running_counts_slots_and_parities():
-    """``SmemRing.next_slot`` (the kernels' roles step their position with it instead of
-    dividing a running count) visits what the count-based functions, which the CPU
-    model uses, give for every count. Its source runs as plain Python here, ``Int32``
-    as int (calling the jit function itself outside a kernel would trace it)."""
+    """From ``SmemRing.producer_start`` / ``consumer_start``, ``SmemRing.next_slot``
+    (the kernels' roles step their position with it instead of dividing a running
+    count) visits what the count-based functions, which the CPU model uses, give for
+    every count. ``next_slot``'s source runs as plain Python here, ``Int32`` as int
+    (calling the jit function itself outside a kernel would trace it)."""
     from wsgemm.kernels.common import pipeline
 
     namespace = {"Int32": int, "cute": SimpleNamespace(jit=lambda fn: fn)}
@@ -38,8 +39,10 @@ def test_stepping_the_ring_position_walks_the_running_counts_slots_and_parities(
     next_slot = namespace["next_slot"]
     for n in (1, 2, 3, 5, 7):
         ring = SimpleNamespace(num_stages=n)
-        for parity_of in (stages.full_wait_parity, stages.empty_wait_parity):
-            slot, parity = 0, parity_of(0, n)
+        starts = {stages.full_wait_parity: pipeline.SmemRing.consumer_start,
+                  stages.empty_wait_parity: pipeline.SmemRing.producer_start}
+        for parity_of, start in starts.items():
+            slot, parity = (int(v) for v in start(ring))
             for count in range(4 * n + 1):
                 assert (slot, parity) == (stages.stage_index(count, n), parity_of(count, n))
                 slot, parity = next_slot(ring, slot, parity)

@@ -39,7 +39,7 @@ from cutlass.cute.nvgpu import cpasync, tcgen05
 
 from .. import config as cfg
 from .. import hardware
-from .common import scheduler, stages
+from .common import scheduler
 from .common.base import GemmKernelBase
 from .common.epilogue import tma_store_subtile
 from .common.pipeline import AccRing, SmemRing, empty_arrivals, produce_k_blocks, publish_barrier_init, release_mask
@@ -252,8 +252,7 @@ class Sm100Gemm(GemmKernelBase):
         )
 
         # The ring position of the next k-block to load, across tiles.
-        slot = Int32(0)
-        parity = Int32(stages.empty_wait_parity(0, self.num_stages))
+        slot, parity = ring.producer_start()
         token = Boolean(False)
         if cutlass.const_expr(self.lookahead == cfg.Lookahead.BEFORE_COPY):
             token = ring.producer_try_acquire(slot, parity)
@@ -298,8 +297,7 @@ class Sm100Gemm(GemmKernelBase):
 
         # The ring position of the next k-block and the parity its full barrier
         # completes with, stepped along the k-loop across tiles (``SmemRing.next_slot``).
-        slot = Int32(0)
-        parity = Int32(stages.full_wait_parity(0, self.num_stages))
+        slot, parity = ring.consumer_start()
         acc_count = Int32(0)  # tiles accumulated
         work = cluster_id
         while work < clusters_m * clusters_n * batches:

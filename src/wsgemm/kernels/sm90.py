@@ -320,8 +320,7 @@ class Sm90Gemm(GemmKernelBase):
         )
 
         # The ring position of the next k-block to load, across tiles.
-        slot = Int32(0)
-        parity = Int32(stages.empty_wait_parity(0, self.num_stages))
+        slot, parity = ring.producer_start()
         token = Boolean(False)
         if cutlass.const_expr(self.lookahead == cfg.Lookahead.BEFORE_COPY):
             token = ring.producer_try_acquire(slot, parity)

@@ -108,6 +108,16 @@ class SmemRing:
     # division (IMAD.HI and LEA.HI in SASS) in every k-block of the loop
     # (benchmarks/NOTES.md sections 21 and 24).
 
+    def producer_start(self):
+        """(slot, parity) of the producer's first hand-over: slot 0 on lap 0, whose
+        empty-barrier wait passes at once (``stages.empty_wait_parity``)."""
+        return Int32(0), Int32(stages.empty_wait_parity(0, self.num_stages))
+
+    def consumer_start(self):
+        """(slot, parity) of the first k-block a consumer (or the SM100 MMA warp) reads:
+        slot 0, waiting for its full barrier's first completion."""
+        return Int32(0), Int32(stages.full_wait_parity(0, self.num_stages))
+
     @cute.jit
     def next_slot(self, slot, parity):
         """The (slot, parity) of the hand-over after ``slot``'s: the parity a role waits
