@@ -200,22 +200,6 @@ def check(fn, a, b, ref, tol) -> dict:
     return {"status": "ok" if err < tol else "wrong", "rel_error": err}
 
 
-def capture_graph(fn, operands: list, calls: int) -> tuple[torch.cuda.CUDAGraph, list]:
-    """The graph of ``calls`` back-to-back calls, and (operand index, result) of the
-    last call on each operand copy, to check after the replays."""
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):  # a first call off the capture stream, as torch's graph docs ask
-        fn(*operands[0])
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    results = {}
-    with torch.cuda.graph(graph):
-        for i in range(calls):
-            results[i % len(operands)] = fn(*operands[i % len(operands)])
-    return graph, list(results.items())
-
-
 def replay_error(results: list, operands: list) -> float:
     """Worst relative error of a graph's results after its replays: a replay must
     compute what the checked eager call did (it reuses captured addresses, e.g. a
@@ -233,7 +217,7 @@ def time_graphs(good: dict, problem, operands, args, flush) -> tuple[dict, dict]
     graphs, outputs, errors = {}, {}, {}
     for name, fn in good.items():
         try:
-            graphs[name], outputs[name] = capture_graph(fn, operands, args.graph_calls)
+            graphs[name], outputs[name] = wsgemm.timing.capture_back_to_back(fn, operands, args.graph_calls)
             graphs[name].replay()
         except Exception as exc:
             errors[name] = f"{type(exc).__name__}: {exc}"[:500]

@@ -30,7 +30,13 @@ import torch
 
 from . import compile as compile_mod
 from .config import ConfigError, GemmConfig
-from .timing import GRAPH_BELOW_MS, L2Flush, graph_operand_copies, time_in_turns
+from .timing import (
+    GRAPH_BELOW_MS,
+    L2Flush,
+    capture_back_to_back,
+    graph_operand_copies,
+    time_in_turns,
+)
 
 AUTOTUNE = "autotune"
 TOP_CANDIDATES = 12
@@ -143,13 +149,7 @@ def _time_graphs(calls: dict, a: torch.Tensor, b: torch.Tensor, flush: L2Flush) 
     per_copy = a.numel() * a.element_size() + b.numel() * b.element_size()
     copies = graph_operand_copies(per_copy, l2_bytes, GRAPH_CALLS)
     operands = [(a, b)] + [(a.clone(), b.clone()) for _ in range(copies - 1)]  # clone keeps strides
-    replays = {}
-    for name, call in calls.items():
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            for i in range(GRAPH_CALLS):
-                call(*operands[i % copies])
-        replays[name] = graph.replay
+    replays = {name: capture_back_to_back(call, operands, GRAPH_CALLS)[0].replay for name, call in calls.items()}
     times = time_in_turns(replays, GRAPH_REPLAYS, flush.evict)
     return {name: statistics.median(ms) / GRAPH_CALLS for name, ms in times.items()}
 

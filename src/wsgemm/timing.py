@@ -15,8 +15,9 @@ it, and the benchmarks, which report by it.
 - **Short kernels in graphs.** Where the fastest single call takes under
   :data:`GRAPH_BELOW_MS`, launch latency is a large part of it, and only back-to-back
   calls let a programmatic dependent launch overlap the previous kernel (section 15):
-  such kernels are timed again as CUDA-graph replays of back-to-back calls over
-  rotating operand copies (:func:`graph_operand_copies`).
+  such kernels are timed again as CUDA-graph replays of back-to-back calls
+  (:func:`capture_back_to_back`) over rotating operand copies
+  (:func:`graph_operand_copies`).
 """
 
 from __future__ import annotations
@@ -111,3 +112,21 @@ def graph_operand_copies(operand_bytes: int, l2_bytes: int, calls: int) -> int:
     that each call reads operands that the previous ones pushed out of L2 (twice the
     L2 size between reuses), as in a model where each layer has its own weights."""
     return max(1, min(calls, -(-2 * l2_bytes // operand_bytes)))
+
+
+def capture_back_to_back(fn, operands: list, calls: int) -> tuple[torch.cuda.CUDAGraph, list]:
+    """A CUDA graph of ``calls`` back-to-back calls ``fn(*operands[i % len(operands)])``,
+    and (operand index, result) of the last call on each operand copy, to check after
+    replays (a replay reuses captured addresses, e.g. a split-K workspace, that an
+    eager call never sees: benchmarks/NOTES.md section 7)."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):  # a first call off the capture stream, as torch's graph docs ask
+        fn(*operands[0])
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    results = {}
+    with torch.cuda.graph(graph):
+        for i in range(calls):
+            results[i % len(operands)] = fn(*operands[i % len(operands)])
+    return graph, list(results.items())
