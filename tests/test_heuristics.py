@@ -3,7 +3,7 @@ import dataclasses
 import pytest
 
 from wsgemm import config as cfg
-from wsgemm.heuristics import (BAND_CLUSTERS, SPARE_EPILOGUE_BUFFERS, candidates_to_time, choose_config,
+from wsgemm.heuristics import (BAND_CLUSTERS, H200, SPARE_EPILOGUE_BUFFERS, candidates_to_time, choose_config,
                                estimate_seconds, pingpong_variant, ranked_sm90_configs,
                                with_spare_epilogue_buffers)
 
@@ -64,6 +64,21 @@ def test_the_tiles_of_a_last_partial_wave_are_split():
     args = (1024, 10240, 8192, 1, H200_SMS, c.tile_m, c.tile_n)
     split_seconds = estimate_seconds(*args, c.split_k, cluster_m=c.cluster_m)
     assert split_seconds < 0.9 * estimate_seconds(*args, cluster_m=c.cluster_m)
+
+
+def test_a_split_costs_a_fixed_fix_up_latency():
+    """Small problems whose unsplit tiles fill most SMs stay unsplit: the model picked
+    splits there that ran 1.1-1.9x slower than unsplit tiles on an H200, until a split
+    tile's fix-up cost a fixed latency as well as its bytes (NOTES section 25)."""
+    for m, n, k in ((384, 1024, 1024), (384, 1024, 4096), (512, 1024, 4096), (768, 2048, 4096),
+                    (256, 2048, 2048)):
+        assert choose_config("sm90", m, n, k, 1, H200_SMS).split_k == 1, (m, n, k)
+    args = (384, 1024, 1024, 1, H200_SMS, 64, 96)
+    no_latency = dataclasses.replace(H200, split_fixup_s=0.0)
+    assert estimate_seconds(*args, 2, H200) - estimate_seconds(*args, 2, no_latency) == pytest.approx(3e-6)
+    assert estimate_seconds(*args, 1, H200) == estimate_seconds(*args, 1, no_latency)  # unsplit: no fix-up
+    # Few tiles and a long k-loop still split (decode, M = 1: 8B down projection).
+    assert choose_config("sm90", 1, 4096, 14336, 1, H200_SMS, can_swap=True).split_k > 1
 
 
 def test_short_k_is_not_split():

@@ -177,6 +177,27 @@ def test_the_launch_policy_is_sm90_only():
         assert not with_launch_policy("sm90", other, *decode).dependent_launch
 
 
+def test_the_launch_policy_drops_2x1_clusters_over_one_or_three_tile_rows():
+    """A 2x1 cluster over an odd number of tile rows has a CTA without rows in the last
+    cluster row; over 3 rows that ran 16-45 % slower than no clusters (NOTES section
+    25), over 7 as fast. Whatever chose the config: the table's M <= 512 entry for
+    4096x4096 weights (128x128 in 2x1 clusters) runs unclustered at M = 384."""
+    pair = GemmConfig(tile_m=128, tile_n=128, cluster_m=2)
+    for m in (128, 384, 300):
+        assert with_launch_policy("sm90", pair, m, 4096, 4096, 1, 132).cluster_m == 1
+    for m in (256, 512, 640, 896):  # even rows, or odd past three
+        assert with_launch_policy("sm90", pair, m, 4096, 4096, 1, 132).cluster_m == 2
+    swapped = GemmConfig(tile_m=64, tile_n=32, cluster_n=2, swap_ab=True)
+    assert with_launch_policy("sm90", swapped, 4096, 48, 4096, 1, 132).cluster_n == 2
+    x, w = meta(384, 4096), meta(4096, 4096)
+    _, spec, _ = plan(x, w.t(), gpu="NVIDIA H200")
+    assert (spec.config.tile_m, spec.config.tile_n, spec.config.cluster_m) == (128, 128, 1)
+    _, at_512, _ = plan(meta(512, 4096), w.t(), gpu="NVIDIA H200")
+    assert at_512.config.cluster_m == 2
+    _, given, _ = plan(x, w.t(), pair, gpu="NVIDIA H200")
+    assert given.config.cluster_m == 2  # a caller's config runs as given
+
+
 def test_the_launch_policy_streams_the_last_wave_of_long_runs_only():
     """Stream-K from six whole waves up, when the last wave is partial (8192^3 in
     128x256 tiles paired by 2x1 clusters: 512 units on 66 clusters, 7 waves and 50

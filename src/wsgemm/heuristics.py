@@ -53,6 +53,13 @@ class ThroughputModel:
     # 64-row A box holding one real row (M = 1) made 64x64 tiles ~1.6x slower than at
     # M = 64 with the same bytes from HBM. Fitted: ~20 GB/s per SM of filled rows.
     oob_fill_bytes_per_s: float = 20e9
+    # A split tile's fix-up is latency more than bytes: the last split waits for the
+    # others' release of the arrival flag, then loads their partial sums before its
+    # epilogue. Fitted on an H200 (benchmarks/NOTES.md section 25): at M = 384-1024,
+    # N = 1024-4096 the model's split picks ran 1.1-1.9x slower than unsplit tiles,
+    # and a split cost 4-7 us more than an unsplit tile of the same work; 3 us is the
+    # smallest fixed cost that stops the model from picking those splits.
+    split_fixup_s: float = 3e-6
 
 
 H200 = ThroughputModel()
@@ -113,7 +120,7 @@ def estimate_seconds(m: int, n: int, k: int, batches: int, sm_count: int, tile_m
         busiest_sm += ceil_div(tail * split_k, slots) * tile_seconds(split_blocks)
         # The last split stores nothing until it has read the others' fp32 tiles; the
         # others' stores run alongside.
-        busiest_sm += split_k * tile_m * tile_n * 4 / model.sm_l2_bytes_per_s
+        busiest_sm += split_k * tile_m * tile_n * 4 / model.sm_l2_bytes_per_s + model.split_fixup_s
     elif units % slots:
         busiest_sm += tile_seconds(k_blocks)
     partial_bytes = (split_k - 1) * tail * cluster * tile_m * tile_n * 4 * 2  # written, then read back
@@ -324,6 +331,9 @@ PINGPONG_TILE_SPEED = {192: 1.0, 128: 0.93}
 # ... and only for tile grids of at least this many waves: a warpgroup's epilogue
 # overlaps the other's mainloop only on an SM that runs two tiles or more.
 PINGPONG_MIN_WAVES = 2
+# Tile rows up to which an odd count makes 2x1 clusters lose: measured at 3 (slower)
+# and 7 (as fast); 5 is unmeasured and keeps its clusters.
+PADDED_CLUSTER_MAX_ROWS = 3
 # One warpgroup per tile for k-loops that fill one wave of 128x128 tiles: a
 # ping-pong CTA with a single tile runs it on one warpgroup (the other idles). On an
 # H200 (benchmarks/NOTES.md section 21), with 128-132 such tiles: 1-3 % faster than
@@ -350,6 +360,9 @@ def with_launch_policy(arch: str, config: GemmConfig, m: int, n: int, k: int, ba
     k-blocks, those tiles on ping-pong consumers, whatever was chosen: each CTA runs
     its one tile on one warpgroup, unsplit.
 
+    **No half-empty clusters** (:func:`_without_half_empty_clusters`): 2x1 clusters
+    over one or three tile rows run unclustered.
+
     **Ping-pong consumers** (:func:`pingpong_variant`) for k-loops of at most
     ``PINGPONG_MAX_K_BLOCKS`` over at least ``PINGPONG_MIN_WAVES`` waves of tiles, for
     unbatched problems: batched ones measured (with 128x128 ping-pong tiles) from 4 %
@@ -375,6 +388,7 @@ def with_launch_policy(arch: str, config: GemmConfig, m: int, n: int, k: int, ba
     solo = _solo_tile_variant(config, m, n, k_blocks, batches, sm_count)
     if solo is not None:
         return solo
+    config = _without_half_empty_clusters(config, m)
     pingpong = None
     if batches == 1 and k_blocks <= PINGPONG_MAX_K_BLOCKS:
         pingpong = pingpong_variant(config, m, n, k, batches, sm_count)
@@ -389,6 +403,20 @@ def with_launch_policy(arch: str, config: GemmConfig, m: int, n: int, k: int, ba
     if not config.has_workspace and config.tile_m == 64 and 64 <= config.tile_n <= 128:
         config = dataclasses.replace(config, dependent_launch=True)
     return config
+
+
+def _without_half_empty_clusters(config: GemmConfig, m: int) -> GemmConfig:
+    """``config`` unclustered where its 2x1 clusters would leave a CTA in each cluster
+    of the last tile row with no rows of its own: an odd number of tile rows, at most
+    ``PADDED_CLUSTER_MAX_ROWS``. That CTA still loads an all-padding A tile and
+    takes its half of the shared B tile, and its partner waits for it. On an H200
+    (benchmarks/NOTES.md section 25), with 3 rows of 128-row tiles (M = 384), 2x1
+    clusters ran 16-45 % slower than none at N = 1024-4096, K = 1024-4096; with 7 rows
+    (896 x 4096 x 4096, 128x256 tiles) they ran as fast."""
+    tiles_m = ceil_div(m, config.tile_m)
+    if config.cluster_m != 2 or config.swap_ab or tiles_m % 2 == 0 or tiles_m > PADDED_CLUSTER_MAX_ROWS:
+        return config
+    return dataclasses.replace(config, cluster_m=1)
 
 
 def _solo_tile_variant(config: GemmConfig, m: int, n: int, k_blocks: int, batches: int,
