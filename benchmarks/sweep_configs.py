@@ -3,14 +3,25 @@
 Used to choose the defaults in ``wsgemm/heuristics.py``; results go to
 ``benchmarks/results/<name>.json`` and the findings to benchmarks/NOTES.md.
 
-Without a grid, a hand-picked set (``--set``: the 8192^3 candidates, or knobs at
-cuBLAS's own config for 512x4096x4096); with ``--tiles`` (and
+A hand-picked set (``--set``: the 8192^3 candidates, the default when nothing else
+is asked for, or knobs at cuBLAS's own config for 512x4096x4096); with ``--tiles`` (and
 optionally ``--clusters``, ``--splits``, ``--stages``, ``--epi-stages``, ``--swap``, ``--swizzles``) every
 combination that the kernel accepts:
 
     python benchmarks/sweep_configs.py --shapes 8192x8192x8192
     python benchmarks/sweep_configs.py --shapes 512x4096x4096,128x4096x4096 --weight \\
         --tiles 128x128,128x256 --clusters 1x1,2x1,2x2 --splits 1,2 --name sweep_mid_m
+
+For the model's own ranking: ``--model-top N`` adds, per shape, the throughput
+model's N best configurations and the other cluster shape of each (2x1 for 1x1 and
+back), launched as the default path would launch them (``heuristics.as_launched``);
+``--default-twins 1x1,1x2`` adds the default path's configuration with other
+clusters; ``--graph`` also times every implementation in CUDA-graph replays of
+back-to-back calls (``wsgemm.timing.time_graph_replays``, the autotuner's protocol for
+short kernels):
+
+    python benchmarks/sweep_configs.py --weight --model-top 8 --graph --reps 15 \\
+        --shapes 384x1024x1024,1024x1024x1024 --name sweep_small_problems
 
 ``--weight`` passes B as ``W.t()`` of an (N, K) weight, as ``nn.Linear`` stores it
 (the LLM suite's layout). For each shape the JSON also records the names of the
@@ -21,6 +32,7 @@ cuBLAS can be read against what cuBLAS chose.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import functools
 import itertools
 import json
@@ -34,11 +46,12 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_gemm import DTYPES, environment, gpu_state, parse_shapes, summarize, time_interleaved  # noqa: E402
 
-from suite import baseline_gemm, wsgemm_config  # noqa: E402
+from suite import baseline_gemm, default_config_with, wsgemm_config  # noqa: E402
 
 import wsgemm  # noqa: E402
 import wsgemm.timing  # noqa: E402
-from wsgemm import GemmConfig  # noqa: E402
+from wsgemm import GemmConfig, heuristics  # noqa: E402
+from wsgemm.autotune import GRAPH_CALLS  # noqa: E402
 from wsgemm.config import ConfigError  # noqa: E402
 
 _PAIR = dict(tile_m=128, tile_n=128, cluster_m=2)
@@ -99,6 +112,31 @@ def grid(tiles: str, clusters: str, splits: str, stages: str = "auto", swaps: st
     return configs
 
 
+def model_candidates(m, n, k, top: int, weight_layout: bool, sms: int, dtype_name: str) -> dict[str, GemmConfig]:
+    """The model's ``top`` best configurations for this problem and the other cluster
+    shape of each unswapped one, as the default path would launch them."""
+    ranked = [c for _, c in heuristics.ranked_sm90_configs(m, n, k, 1, sms, can_swap=weight_layout)[:top]]
+    candidates = {}
+    for rank, config in enumerate(ranked, 1):
+        twins = [config]
+        if not config.swap_ab and -(-m // config.tile_m) >= 2:
+            twins.append(dataclasses.replace(config, cluster_m=3 - config.cluster_m, cluster_n=1))
+        for twin in twins:
+            kernel_m, kernel_n = (n, m) if twin.swap_ab else (m, n)
+            launched = heuristics.as_launched("sm90", twin, kernel_m, kernel_n, k, 1, sms, dtype_name, dtype_name)
+            if launched not in candidates.values():  # a twin may be another rank's config
+                candidates[f"model#{rank}{'' if twin is config else ' twin'} {launched.short()}"] = launched
+    return candidates
+
+
+def as_ab_call(candidate):
+    """f(a, b) of a sweep candidate: a GemmConfig, None (the default path) or another
+    package's f(a, b)."""
+    if callable(candidate):
+        return candidate
+    return lambda a, b: wsgemm.gemm(a, b, config=candidate)
+
+
 def cublas_kernels(fn) -> list[str]:
     """Names of the CUDA kernels one call of ``fn`` launches."""
     from torch.profiler import ProfilerActivity, profile
@@ -109,42 +147,49 @@ def cublas_kernels(fn) -> list[str]:
     return sorted({e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA})
 
 
-def sweep_shape(m, n, k, dtype, candidates, reps, flush, weight_layout) -> dict:
+def sweep_shape(m, n, k, dtype, candidates, reps, flush, weight_layout, graph: bool = False) -> dict:
     a = torch.randn(m, k, device="cuda").to(dtype)
     b = torch.randn(n, k, device="cuda").to(dtype).t() if weight_layout else torch.randn(k, n, device="cuda").to(dtype)
     ref = a.float() @ b.float()
-    impls = {"torch.matmul": lambda: torch.matmul(a, b)}
+    calls = {"torch.matmul": torch.matmul}
     errors, skipped = {}, {}
-    for label, config in candidates.items():
-        # A callable is another package's gemm (--base), on its own default path.
-        fn = functools.partial(config, a, b) if callable(config) else functools.partial(wsgemm.gemm, a, b,
-                                                                                       config=config)
+    for label, candidate in candidates.items():
+        call = as_ab_call(candidate)
         try:
-            d = fn()
+            d = call(a, b)
         except ConfigError as exc:  # e.g. a split past the k-blocks, a cluster past the tiles
             skipped[label] = str(exc)
             continue
         errors[label] = ((d.float() - ref).norm() / ref.norm()).item()
         if errors[label] < 1e-2:
-            impls[label] = fn
+            calls[label] = call
         else:
             print(f"  {label}: WRONG (rel error {errors[label]:.2e}), not timed", flush=True)
     flops = 2.0 * m * n * k
-    times = time_interleaved(impls, reps, flush)
+    times = time_interleaved({label: functools.partial(call, a, b) for label, call in calls.items()}, reps, flush)
     rows = {label: {**summarize(ms, flops), "rel_error": errors.get(label)} for label, ms in times.items()}
+    if graph:
+        replayed = wsgemm.timing.time_graph_replays(calls, a, b, flush, GRAPH_CALLS, reps)
+        for label, ms in replayed.items():
+            rows[label]["graph_ms"] = ms
     return {"shape": [m, n, k], "b": "W.t()" if weight_layout else "row-major",
-            "cublas_kernels": cublas_kernels(impls["torch.matmul"]), "rows": rows, "skipped": skipped,
-            "default_plan": wsgemm_config(a, b, None)}
+            "cublas_kernels": cublas_kernels(functools.partial(torch.matmul, a, b)), "rows": rows,
+            "skipped": skipped, "default_plan": wsgemm_config(a, b, None)}
 
 
 def compact(result: dict) -> dict:
     """What the JSON keeps of a shape's sweep: microseconds (median, p10, p90) per
-    label (the labels name the configs: see :func:`grid`), and what cuBLAS ran."""
-    return {"shape": result["shape"], "b": result["b"], "cublas_kernels": result["cublas_kernels"],
+    label (the labels name the configs: see :func:`grid`), with ``--graph`` the
+    microseconds per call in graph replays, and what cuBLAS ran."""
+    ordered = sorted(result["rows"].items(), key=lambda kv: kv[1]["median_ms"])
+    kept = {"shape": result["shape"], "b": result["b"], "cublas_kernels": result["cublas_kernels"],
             "default_plan": result["default_plan"],
             "skipped": sorted(result["skipped"]),
             "us": {label: [round(r[key] * 1e3, 2) for key in ("median_ms", "p10_ms", "p90_ms")]
-                   for label, r in sorted(result["rows"].items(), key=lambda kv: kv[1]["median_ms"])}}
+                   for label, r in ordered}}
+    if any("graph_ms" in r for _, r in ordered):
+        kept["graph_us"] = {label: round(r["graph_ms"] * 1e3, 3) for label, r in ordered if "graph_ms" in r}
+    return kept
 
 
 def print_shape(result: dict, reps: int) -> None:
@@ -153,9 +198,13 @@ def print_shape(result: dict, reps: int) -> None:
     base = rows["torch.matmul"]["median_ms"]
     print(f"\n{m}x{n}x{k} (B {result['b']}): median of {reps} interleaved runs; cuBLAS ran "
           f"{', '.join(result['cublas_kernels'])}")
+    graph_base = rows["torch.matmul"].get("graph_ms")
     for label, r in sorted(rows.items(), key=lambda kv: kv[1]["median_ms"]):
+        graph = (f"  graph {r['graph_ms'] * 1e3:7.2f} us {graph_base / r['graph_ms']:.3f}x torch"
+                 if graph_base else "")
         print(f"  {label:24s} {r['median_ms'] * 1e3:8.1f} us {r['tflops']:7.1f} TFLOP/s  "
-              f"{base / r['median_ms']:.3f}x torch  [{r['p10_ms'] * 1e3:.1f}-{r['p90_ms'] * 1e3:.1f} us]", flush=True)
+              f"{base / r['median_ms']:.3f}x torch  [{r['p10_ms'] * 1e3:.1f}-{r['p90_ms'] * 1e3:.1f} us]{graph}",
+              flush=True)
 
 
 def main(argv=None) -> int:
@@ -163,8 +212,8 @@ def main(argv=None) -> int:
     p.add_argument("--shapes", "--shape", default="8192x8192x8192", help="MxNxK[,MxNxK...]")
     p.add_argument("--dtype", default="bf16")
     p.add_argument("--weight", action="store_true", help="B = W.t() of an (N, K) weight")
-    p.add_argument("--set", default="8192", choices=sorted(HAND_PICKED),
-                   help="a hand-picked set of configs, when no --tiles grid is given")
+    p.add_argument("--set", choices=sorted(HAND_PICKED),
+                   help="a hand-picked set of configs (default: 8192, when nothing else is asked for)")
     p.add_argument("--tiles", help="grid of tile shapes, e.g. 128x128,128x256 (default: --set)")
     p.add_argument("--clusters", default="1x1")
     p.add_argument("--splits", default="1")
@@ -177,12 +226,21 @@ def main(argv=None) -> int:
                    help="also time the default path (config=None: the tuned table, else the model)")
     p.add_argument("--base", action="store_true",
                    help="also time the default path of benchmarks/baseline.py's export (wsgemm_base on the path)")
+    p.add_argument("--model-top", type=int, default=0,
+                   help="also time the model's N best configs per shape and their other cluster shape")
+    p.add_argument("--default-twins", default="",
+                   help="also time the default path's config with these clusters, e.g. 1x1,1x2")
+    p.add_argument("--graph", action="store_true", help="also time CUDA-graph replays of back-to-back calls")
     p.add_argument("--reps", type=int, default=20)
     p.add_argument("--name", default="sweep_8192_bf16")
     p.add_argument("--out", default=str(Path(__file__).parent / "results"))
     args = p.parse_args(argv)
-    candidates = (grid(args.tiles, args.clusters, args.splits, args.stages, args.swap, args.swizzles,
-                       args.epi_stages, args.pingpong) if args.tiles else dict(HAND_PICKED[args.set]))
+    asked_other = args.tiles or args.default or args.base or args.model_top or args.default_twins
+    hand_picked = args.set or (None if asked_other else "8192")
+    candidates = dict(HAND_PICKED[hand_picked]) if hand_picked else {}
+    if args.tiles:
+        candidates.update(grid(args.tiles, args.clusters, args.splits, args.stages, args.swap, args.swizzles,
+                               args.epi_stages, args.pingpong))
     if args.default:
         candidates["default"] = None
     if args.base:
@@ -190,13 +248,20 @@ def main(argv=None) -> int:
         if base_gemm is None:
             p.error(f"--base: {note}")
         candidates["base default"] = base_gemm
+    for cluster in filter(None, args.default_twins.split(",")):
+        cm, cn = (int(v) for v in cluster.split("x"))
+        candidates[f"default c{cm}x{cn}"] = default_config_with(cluster_m=cm, cluster_n=cn)
     dtype = DTYPES[args.dtype]
     flush = wsgemm.timing.L2Flush()  # the autotuner's protocol
     shapes = parse_shapes(args.shapes)
     results = []
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
     for i, (m, n, k) in enumerate(shapes, 1):
-        print(f"[{i}/{len(shapes)}] {m}x{n}x{k}: compiling and checking {len(candidates)} configs", flush=True)
-        results.append(sweep_shape(m, n, k, dtype, candidates, args.reps, flush, args.weight))
+        shape_candidates = dict(candidates)
+        if args.model_top:
+            shape_candidates.update(model_candidates(m, n, k, args.model_top, args.weight, sms, args.dtype))
+        print(f"[{i}/{len(shapes)}] {m}x{n}x{k}: compiling and checking {len(shape_candidates)} configs", flush=True)
+        results.append(sweep_shape(m, n, k, dtype, shape_candidates, args.reps, flush, args.weight, args.graph))
         print_shape(results[-1], args.reps)
     report = {"command": shlex.join(["python", "benchmarks/sweep_configs.py", *(argv or sys.argv[1:])]),
               "dtype": args.dtype, "reps": args.reps, "environment": environment(), "gpu_state": gpu_state(),

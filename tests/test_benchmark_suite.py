@@ -343,6 +343,31 @@ def test_sweep_keeps_microseconds_fastest_first(sweep):
     assert kept["default_plan"].startswith("swap 64x64x64")
 
 
+def test_sweep_keeps_graph_times_when_it_took_them(sweep):
+    rows = {"torch.matmul": {"median_ms": 0.0081, "p10_ms": 0.008, "p90_ms": 0.009, "graph_ms": 0.00512},
+            "model#1 64x64": {"median_ms": 0.0079, "p10_ms": 0.0078, "p90_ms": 0.0085, "graph_ms": 0.00446}}
+    kept = sweep.compact({"shape": [384, 1024, 1024], "b": "W.t()", "cublas_kernels": [], "default_plan": "",
+                          "skipped": {}, "rows": rows})
+    assert kept["graph_us"] == {"model#1 64x64": 4.46, "torch.matmul": 5.12}
+    del rows["torch.matmul"]["graph_ms"], rows["model#1 64x64"]["graph_ms"]
+    assert "graph_us" not in sweep.compact({**kept, "skipped": {}, "rows": rows})
+
+
+def test_sweep_model_candidates_are_launched_as_the_default_path_would(sweep):
+    """The model's best configs and their other cluster shape, each once, as
+    ``heuristics.as_launched`` turns them (here: dependent launch for 64-row tiles,
+    no 2x1 clusters over three 128-row tile rows)."""
+    from wsgemm import heuristics
+
+    candidates = sweep.model_candidates(384, 1024, 1024, 8, True, 132, "bf16")
+    ranked = [c for _, c in heuristics.ranked_sm90_configs(384, 1024, 1024, 1, 132, can_swap=True)[:8]]
+    first = heuristics.as_launched("sm90", ranked[0], 384, 1024, 1024, 1, 132, "bf16", "bf16")
+    assert next(iter(candidates.values())) == first and next(iter(candidates)).startswith("model#1 ")
+    assert len(set(candidates.values())) == len(candidates)
+    assert any(label.startswith("model#1 twin") for label in candidates)
+    assert all(c.cluster_m == 1 for c in candidates.values() if c.tile_m == 128)  # three tile rows
+
+
 def test_tune_autotunes_every_problem_and_keeps_the_autotune_file(monkeypatch, tmp_path, capsys):
     pytest.importorskip("torch")
     monkeypatch.syspath_prepend(str(BENCH_DIR))

@@ -30,13 +30,7 @@ import torch
 
 from . import compile as compile_mod
 from .config import ConfigError, GemmConfig
-from .timing import (
-    GRAPH_BELOW_MS,
-    L2Flush,
-    capture_back_to_back,
-    graph_operand_copies,
-    time_in_turns,
-)
+from .timing import GRAPH_BELOW_MS, L2Flush, time_graph_replays, time_in_turns
 
 AUTOTUNE = "autotune"
 TOP_CANDIDATES = 12
@@ -142,16 +136,8 @@ def _time_candidates(fns: dict, flush: L2Flush) -> dict[str, float]:
 
 def _time_graphs(calls: dict, a: torch.Tensor, b: torch.Tensor, flush: L2Flush) -> dict[str, float]:
     """Median milliseconds per call of each candidate ``calls[name](a, b)`` in CUDA-graph
-    replays of GRAPH_CALLS back-to-back calls, the candidates' replays taking turns,
-    each after an L2 flush. The calls rotate over copies of the operands, enough that
-    the weights come from HBM and not from the previous call's L2 lines."""
-    l2_bytes = torch.cuda.get_device_properties(a.device).L2_cache_size
-    per_copy = a.numel() * a.element_size() + b.numel() * b.element_size()
-    copies = graph_operand_copies(per_copy, l2_bytes, GRAPH_CALLS)
-    operands = [(a, b)] + [(a.clone(), b.clone()) for _ in range(copies - 1)]  # clone keeps strides
-    replays = {name: capture_back_to_back(call, operands, GRAPH_CALLS)[0].replay for name, call in calls.items()}
-    times = time_in_turns(replays, GRAPH_REPLAYS, flush.evict)
-    return {name: statistics.median(ms) / GRAPH_CALLS for name, ms in times.items()}
+    replays of GRAPH_CALLS back-to-back calls (``timing.time_graph_replays``)."""
+    return time_graph_replays(calls, a, b, flush, GRAPH_CALLS, GRAPH_REPLAYS)
 
 
 def tuned_config(a, b, out, out_dtype, *, key: str, candidates: list[GemmConfig], progress: bool = True,

@@ -22,6 +22,7 @@ it, and the benchmarks, which report by it.
 
 from __future__ import annotations
 
+import statistics
 import time
 
 import torch
@@ -130,3 +131,18 @@ def capture_back_to_back(fn, operands: list, calls: int) -> tuple[torch.cuda.CUD
         for i in range(calls):
             results[i % len(operands)] = fn(*operands[i % len(operands)])
     return graph, list(results.items())
+
+
+def time_graph_replays(calls: dict, a: torch.Tensor, b: torch.Tensor, flush: L2Flush, calls_per_graph: int,
+                       replays: int) -> dict[str, float]:
+    """Median milliseconds per call of each ``calls[name](a, b)`` in CUDA-graph replays
+    of ``calls_per_graph`` back-to-back calls, the graphs' replays taking turns, each
+    after ``flush.evict()``. The calls rotate over copies of the operands, enough that
+    the operands come from HBM and not from the previous call's L2 lines."""
+    l2_bytes = torch.cuda.get_device_properties(a.device).L2_cache_size
+    per_copy = a.numel() * a.element_size() + b.numel() * b.element_size()
+    copies = graph_operand_copies(per_copy, l2_bytes, calls_per_graph)
+    operands = [(a, b)] + [(a.clone(), b.clone()) for _ in range(copies - 1)]  # clone keeps strides
+    graphs = {name: capture_back_to_back(call, operands, calls_per_graph)[0] for name, call in calls.items()}
+    times = time_in_turns({name: graph.replay for name, graph in graphs.items()}, replays, flush.evict)
+    return {name: statistics.median(ms) / calls_per_graph for name, ms in times.items()}
