@@ -55,10 +55,12 @@ class ThroughputModel:
     oob_fill_bytes_per_s: float = 20e9
     # A split tile's fix-up is latency more than bytes: the last split waits for the
     # others' release of the arrival flag, then loads their partial sums before its
-    # epilogue. Fitted on an H200 (benchmarks/NOTES.md section 25): at M = 384-1024,
+    # epilogue. Fitted on an H200 (benchmarks/NOTES.md section 25): at M = 256-1024,
     # N = 1024-4096 the model's split picks ran 1.1-1.9x slower than unsplit tiles,
-    # and a split cost 4-7 us more than an unsplit tile of the same work; 3 us is the
-    # smallest fixed cost that stops the model from picking those splits.
+    # and a split tile cost 4-7 us more than an unsplit tile of the same work; 3 us
+    # is the smallest fixed cost (of 0.5-6) that stopped the model picking those
+    # splits. Side by side, the 42 off-table shapes whose plan it changed ran 1.09x
+    # faster in single calls, 1.22x in graph replays (results/model_split_fixup_ab).
     split_fixup_s: float = 3e-6
 
 
@@ -410,9 +412,10 @@ def _without_half_empty_clusters(config: GemmConfig, m: int) -> GemmConfig:
     of the last tile row with no rows of its own: an odd number of tile rows, at most
     ``PADDED_CLUSTER_MAX_ROWS``. That CTA still loads an all-padding A tile and
     takes its half of the shared B tile, and its partner waits for it. On an H200
-    (benchmarks/NOTES.md section 25), with 3 rows of 128-row tiles (M = 384), 2x1
-    clusters ran 16-45 % slower than none at N = 1024-4096, K = 1024-4096; with 7 rows
-    (896 x 4096 x 4096, 128x256 tiles) they ran as fast."""
+    (benchmarks/NOTES.md section 25, ``results/model_half_empty_clusters_ab.json``),
+    over 3 tile rows (M = 192 and 320-384, N = 1024-28672) 2x1 clusters ran 5-40 %
+    slower than none in 8 of 9 shapes and within 2 % in the ninth; over 7 rows
+    (896 x 4096 x 4096, 128x256 tiles) as fast (``results/sweep_odd_tile_rows.json``)."""
     tiles_m = ceil_div(m, config.tile_m)
     if config.cluster_m != 2 or config.swap_ab or tiles_m % 2 == 0 or tiles_m > PADDED_CLUSTER_MAX_ROWS:
         return config
