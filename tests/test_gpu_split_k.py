@@ -211,3 +211,24 @@ def test_a_captured_graph_keeps_its_workspace_when_later_calls_need_a_bigger_one
         torch.cuda.synchronize()
         check(out, a, b)
     del junk
+
+
+def test_calls_captured_in_one_graph_share_one_workspace_and_replay_correctly():
+    """The split-K calls captured on one stream of one capture share a workspace (one
+    memset node in the graph, not one per call), and every replay still computes
+    each call's product: the calls run in stream order and leave the flags at zero."""
+    config = GemmConfig(tile_m=64, tile_n=64, split_k=3)
+    pairs = [(rand(16, 4096), rand(4096, 1024)) for _ in range(3)]
+    outs = [torch.empty(16, 1024, device="cuda", dtype=torch.bfloat16) for _ in pairs]
+    before = set(ws._captures)
+
+    def calls():
+        for (a, b), out in zip(pairs, outs):
+            wsgemm.gemm(a, b, out=out, config=config)
+
+    def verify():
+        for (a, b), out in zip(pairs, outs):
+            check(out, a, b)
+
+    check_graph_replays(calls, [t for pair in pairs for t in pair], outs, verify)
+    assert len(set(ws._captures) - before) == 1  # the driver named the capture

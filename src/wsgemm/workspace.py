@@ -1,5 +1,5 @@
 """Split-K and stream-K workspaces: one per (device, CUDA stream), reused across
-calls; a private one for every call captured into a CUDA graph.
+calls; one per stream of each CUDA-graph capture.
 
 A split-K or stream-K kernel needs int32 arrival flags that are zero when it starts,
 and fp32 slots for partial sums (``kernels/common/split_k.py``, ``stream_k.py``).
@@ -11,10 +11,15 @@ the old one is dropped: the caching allocator reuses its memory only for later w
 on the same stream, after the launches queued before.
 
 A CUDA graph is different: it replays the addresses it captured for as long as it
-lives, and may be replayed on any stream. So a call made during capture gets its
-own workspace (zeroed inside the graph, which also re-zeroes the flags on every
-replay), kept alive by this module for the life of the process: replacing or
-sharing it would let a later allocation or another graph scribble on it.
+lives, and may be replayed on any stream. So the calls captured on one stream of one
+capture share a workspace of their own, zeroed inside the graph by the first of them
+(which also re-zeroes the flags on every replay), and kept alive by this module for
+the life of the process: replacing it or sharing it with another capture would let a
+later allocation or another graph scribble on it. Within the capture those calls run
+in stream order, like eager calls on one stream. (One workspace per captured call, as
+before, put a memset node in front of every split-K call of a graph: 1.0-1.6 us more
+per call on an H200, benchmarks/NOTES.md section 25.) Where the driver cannot name the
+capture, each captured call gets its own workspace, as before.
 """
 
 from __future__ import annotations
@@ -24,30 +29,69 @@ import threading
 import torch
 
 _workspaces: dict[tuple[int, int], tuple[torch.Tensor, torch.Tensor]] = {}
-_captured: list[tuple[torch.Tensor, torch.Tensor]] = []  # referenced by CUDA graphs
-_lock = threading.Lock()
+# Captured calls' workspaces by (capture id, stream): every one stays referenced, since
+# a graph may replay any of them (one grown within a capture included).
+_captures: dict[tuple[int, int], tuple[torch.Tensor, torch.Tensor]] = {}
+_captured: list[tuple[torch.Tensor, torch.Tensor]] = []
+_lock = threading.RLock()  # re-entered when a captured workspace is grown and kept
 
 
 def split_k_workspace(device: torch.device, flag_elems: int, partial_elems: int):
     """(flags, partials) with at least the requested sizes, for the current stream."""
+    stream = torch.cuda.current_stream(device).cuda_stream
     if torch.cuda.is_current_stream_capturing():
-        captured = (torch.zeros(flag_elems, dtype=torch.int32, device=device),
-                    torch.empty(partial_elems, dtype=torch.float32, device=device))
+        capture = capture_id(stream)
+        if capture is None:  # cannot tell captures apart: a workspace per call
+            return _kept(_grown(None, device, flag_elems, partial_elems))
         with _lock:
-            _captured.append(captured)
-        return captured
-    key = (device.index, torch.cuda.current_stream(device).cuda_stream)
+            key = (capture, stream)
+            found = _captures.get(key)
+            if not _holds(found, flag_elems, partial_elems):
+                found = _captures[key] = _kept(_grown(found, device, flag_elems, partial_elems))
+            return found
+    key = (device.index, stream)
     found = _workspaces.get(key)
-    if found is not None and found[0].numel() >= flag_elems and found[1].numel() >= partial_elems:
+    if _holds(found, flag_elems, partial_elems):
         return found
     with _lock:
-        old_flags, old_partials = found if found is not None else (None, None)
-        flags = torch.zeros(max(flag_elems, 0 if old_flags is None else old_flags.numel()),
-                            dtype=torch.int32, device=device)
-        partials = torch.empty(max(partial_elems, 0 if old_partials is None else old_partials.numel()),
-                               dtype=torch.float32, device=device)
-        _workspaces[key] = (flags, partials)
-        return flags, partials
+        _workspaces[key] = _grown(_workspaces.get(key), device, flag_elems, partial_elems)
+        return _workspaces[key]
+
+
+def _holds(found, flag_elems: int, partial_elems: int) -> bool:
+    return found is not None and found[0].numel() >= flag_elems and found[1].numel() >= partial_elems
+
+
+def _grown(found, device, flag_elems: int, partial_elems: int):
+    """A new zeroed workspace at least as large as ``found`` and the request."""
+    old_flags, old_partials = found if found is not None else (None, None)
+    flags = torch.zeros(max(flag_elems, 0 if old_flags is None else old_flags.numel()),
+                        dtype=torch.int32, device=device)
+    partials = torch.empty(max(partial_elems, 0 if old_partials is None else old_partials.numel()),
+                           dtype=torch.float32, device=device)
+    return flags, partials
+
+
+def _kept(workspace):
+    with _lock:
+        _captured.append(workspace)
+    return workspace
+
+
+def capture_id(stream: int) -> int | None:
+    """The driver's id of the capture sequence ``stream`` is in (unique over the
+    process's life), or None if the driver cannot say."""
+    try:
+        from cuda.bindings import driver
+
+        result = driver.cuStreamGetCaptureInfo(driver.CUstream(stream))
+        if result[0] != driver.CUresult.CUDA_SUCCESS:
+            return None
+        if result[1] != driver.CUstreamCaptureStatus.CU_STREAM_CAPTURE_STATUS_ACTIVE:
+            return None
+        return int(result[2])
+    except (ImportError, RuntimeError, AttributeError, TypeError, ValueError, IndexError):  # no driver or bindings
+        return None
 
 
 def release_workspaces() -> None:

@@ -1,0 +1,62 @@
+"""Which split-K workspace a call gets (``wsgemm.workspace``), on the CPU: the CUDA
+stream and capture queries are stand-ins, the workspaces CPU tensors."""
+
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from wsgemm import workspace as ws
+
+CPU = torch.device("cpu")
+
+
+@pytest.fixture
+def cuda_streams(monkeypatch):
+    """A settable current stream handle and capture id (None: not capturing)."""
+    state = SimpleNamespace(stream=7, capture=None, capture_known=True)
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: SimpleNamespace(cuda_stream=state.stream))
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: state.capture is not None)
+    monkeypatch.setattr(ws, "capture_id", lambda stream: state.capture if state.capture_known else None)
+    monkeypatch.setattr(ws, "_workspaces", {})
+    monkeypatch.setattr(ws, "_captures", {})
+    monkeypatch.setattr(ws, "_captured", [])
+    return state
+
+
+def test_eager_calls_on_one_stream_share_a_zeroed_workspace_that_only_grows(cuda_streams):
+    flags, partials = ws.split_k_workspace(CPU, 4, 100)
+    assert flags.dtype == torch.int32 and not flags.any() and partials.numel() == 100
+    assert ws.split_k_workspace(CPU, 2, 50)[0] is flags  # smaller request: the same one
+    bigger = ws.split_k_workspace(CPU, 8, 50)
+    assert bigger[0].numel() == 8 and bigger[1].numel() == 100  # grown, never shrunk
+    cuda_streams.stream = 9
+    assert ws.split_k_workspace(CPU, 2, 50)[0] is not bigger[0]  # another stream: its own
+
+
+def test_calls_captured_on_one_stream_of_one_capture_share_one_workspace(cuda_streams):
+    """One memset node per capture and stream, not one per call (NOTES section 25)."""
+    eager = ws.split_k_workspace(CPU, 4, 100)
+    cuda_streams.capture = 11
+    first = ws.split_k_workspace(CPU, 4, 100)
+    assert first[0] is not eager[0]  # never the eager workspace: the graph outlives it
+    assert ws.split_k_workspace(CPU, 4, 100)[0] is first[0]
+    cuda_streams.stream = 9  # a forked stream of the same capture
+    assert ws.split_k_workspace(CPU, 4, 100)[0] is not first[0]
+    cuda_streams.stream, cuda_streams.capture = 7, 12  # another capture on the first stream
+    assert ws.split_k_workspace(CPU, 4, 100)[0] is not first[0]
+    cuda_streams.capture = 11
+    grown = ws.split_k_workspace(CPU, 16, 100)
+    assert grown[0].numel() == 16 and any(kept[0] is first[0] for kept in ws._captured)  # still referenced
+    cuda_streams.capture = None
+    assert ws.split_k_workspace(CPU, 4, 100)[0] is eager[0]  # eager calls unaffected
+
+
+def test_captured_calls_get_a_workspace_each_when_the_capture_has_no_name(cuda_streams):
+    cuda_streams.capture, cuda_streams.capture_known = 11, False
+    one, two = ws.split_k_workspace(CPU, 4, 100), ws.split_k_workspace(CPU, 4, 100)
+    assert one[0] is not two[0] and len(ws._captured) == 2
+
+
+def test_the_capture_id_query_never_fails_a_call():
+    assert ws.capture_id(0) is None  # no GPU here, or not capturing: None, not an error
