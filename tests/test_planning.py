@@ -179,7 +179,7 @@ def test_the_launch_policy_is_sm90_only():
 
 def test_the_launch_policy_drops_2x1_clusters_over_one_or_three_tile_rows():
     """A 2x1 cluster over an odd number of tile rows has a CTA without rows in the last
-    cluster row; over 3 rows that ran 16-45 % slower than no clusters (NOTES section
+    cluster row; over 3 rows that ran up to 40 % slower than no clusters (NOTES section
     25), over 7 as fast. Whatever chose the config: the table's M <= 512 entry for
     4096x4096 weights (128x128 in 2x1 clusters) runs unclustered at M = 384."""
     pair = GemmConfig(tile_m=128, tile_n=128, cluster_m=2)

@@ -16,10 +16,10 @@ capture share a workspace of their own, zeroed inside the graph by the first of 
 (which also re-zeroes the flags on every replay), and kept alive by this module for
 the life of the process: replacing it or sharing it with another capture would let a
 later allocation or another graph scribble on it. Within the capture those calls run
-in stream order, like eager calls on one stream. (One workspace per captured call, as
-before, put a memset node in front of every split-K call of a graph: 1.0-1.6 us more
-per call on an H200, benchmarks/NOTES.md section 25.) Where the driver cannot name the
-capture, each captured call gets its own workspace, as before.
+in stream order, like eager calls on one stream. (A workspace per captured call puts
+a memset node in front of every split-K call of a graph: about 1 us more per call on
+an H200, benchmarks/NOTES.md section 25.) Where the driver cannot name the capture,
+each captured call does get its own workspace.
 """
 
 from __future__ import annotations
