@@ -84,6 +84,37 @@ def test_measured_winners_are_the_default_on_the_gpu_they_were_measured_on():
     assert autotune.measured_config(key.replace("H200", "H100")) is None
 
 
+def table_fields(m, n, k):
+    key = f"NVIDIA H200|sm90|bf16->bf16|kkn|m<={autotune.bucket_bound(m)}|n={n}|k={k}|l=1"
+    return MEASURED[key]
+
+
+def planned_tile(m, n, k):
+    config = plan(meta(m, k), meta(n, k).t(), gpu="NVIDIA H200")[1].config
+    return config.tile_m, config.tile_n, config.cluster_m
+
+
+def test_a_winner_whose_waves_do_not_fit_a_smaller_m_gives_way_to_the_model():
+    # The M = 2048 winner for 4096x4096 weights: 128x256 tiles in 2x1 clusters, 128
+    # of them for 66 slots. At M = 1536 that is 96 clusters (1.45 waves); the model's
+    # 128x192 tiles make 132 (two full waves), and ran 1.30x faster on an H200.
+    assert table_fields(2048, 4096, 4096).get("tile_n", 256) == 256
+    assert planned_tile(2048, 4096, 4096) == (128, 256, 2)  # where it was measured
+    assert planned_tile(1536, 4096, 4096) == (128, 192, 2)
+
+
+def test_one_wave_winners_and_decode_winners_serve_their_whole_bucket():
+    # M = 512's winner fills one wave: at M = 320-384 its per-tile rate, not its
+    # waves, decides, and the model's picks there measured slower.
+    fields = table_fields(512, 4096, 4096)
+    expected = (fields.get("tile_m", 128), fields.get("tile_n", 256))
+    for m in (320, 384, 512):
+        assert planned_tile(m, 4096, 4096)[:2] == expected
+    # M <= 128 (memory-bound): the table's winner, whatever the model says.
+    fields = table_fields(128, 6144, 4096)
+    assert planned_tile(112, 6144, 4096)[:2] == (fields.get("tile_m", 128), fields.get("tile_n", 256))
+
+
 def test_a_measured_swap_is_not_applied_where_operands_cannot_swap():
     swapped = [key for key, fields in MEASURED.items() if fields.get("swap_ab")]
     assert swapped, "the table has swapped decode winners"

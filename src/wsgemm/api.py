@@ -25,7 +25,7 @@ from .dispatch import HARDWARE_VERIFIED_ARCHS, arch_for_capability
 from . import autotune
 from .autotune import AUTOTUNE
 from .errors import DeviceError, ShapeError, UnsupportedDtypeError
-from .heuristics import as_launched, choose_config
+from .heuristics import as_launched, choose_config, table_winner_or_model
 from .kernels.common import stream_k
 from .kernels.common.scheduler import TileGrid
 from .operands import padded_empty, readable, readable_view, tma_major
@@ -412,11 +412,15 @@ def _kernel_for(a, b, out, out_dtype, config, shape, dtype, batched, batches, gp
         config = _autotuned(a, b, out, out_dtype, gpu, arch, (a_major, b_major, d_major), kernel_m, n, k,
                             kernel_batches, sm_count, dtype, can_swap)
     if config is None:
-        # A winner measured on this GPU for this shape bucket, else the model's choice.
+        # A winner measured on this GPU for this shape bucket (unless its waves fit this M
+        # badly), else the model's choice.
         key = _bucket_key(gpu, arch, a.dtype, dtype, (a_major, b_major, d_major), kernel_m, n, k, kernel_batches)
         measured = autotune.measured_config(key)
-        config = measured if measured is not None and (can_swap or not measured.swap_ab) else \
-            choose_config(arch, kernel_m, n, k, kernel_batches, sm_count, can_swap)
+        if measured is not None and (can_swap or not measured.swap_ab):
+            config = table_winner_or_model(measured, autotune.bucket_bound(kernel_m), kernel_m, n, k,
+                                           kernel_batches, sm_count, can_swap)
+        else:
+            config = choose_config(arch, kernel_m, n, k, kernel_batches, sm_count, can_swap)
     if config.swap_ab and can_swap:
         mode, kernel_m, kernel_n = "swap", n, m
         a_major, b_major, d_major = _swapped_majors(a, b, out, shape, dtype)

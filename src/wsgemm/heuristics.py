@@ -306,6 +306,49 @@ def choose_config(arch: str, m: int, n: int, k: int, batches: int, sm_count: int
     return ranked_sm90_configs(m, n, k, batches, sm_count, can_swap)[0][1]
 
 
+
+# A packaged winner (``wsgemm.tuned_table``) was measured at its bucket's largest M,
+# the suites' own M, and serves every M down to half of it. How many waves its tiles
+# make moves with M: at 1536x4096x4096 the M = 2048 winner (128x256 in 2x1 clusters,
+# 96 clusters for 66 slots) ran 1.30x slower than the model's 128x192 tiles (132
+# clusters, two full waves), which the model had predicted (1.30x). Past this loss,
+# relative to the winner's modelled standing where it was measured, the model's pick
+# serves the M instead (benchmarks/NOTES.md section 26).
+TABLE_WAVE_LOSS_MAX = 1.05
+
+
+def table_winner_or_model(measured: GemmConfig, measured_m: int, m: int, n: int, k: int, batches: int,
+                          sm_count: int, can_swap: bool = False,
+                          model: ThroughputModel = H200) -> GemmConfig:
+    """The packaged winner ``measured`` (timed at M = ``measured_m``) for the kernel's
+    (``m``, ``n``, ``k``, ``batches``) problem, unless the model puts it more than
+    ``TABLE_WAVE_LOSS_MAX`` further behind its own best here than at ``measured_m``;
+    then the model's best.
+
+    Only for winners whose tiles made more than one wave where they were measured:
+    what then changes with M is how the tiles fill the waves, which the model gets
+    right. In one wave, M changes the rate per tile, which it does not: at M = 320
+    and 384 its picks ran up to 1.14x slower than one-wave winners of the M = 512
+    buckets, and 1.05-1.45x faster than multi-wave ones. And only past
+    ``SWAP_AB_MAX_M``: below it the problems are memory-bound, where the model ranks
+    least well."""
+    if m == measured_m or m <= SWAP_AB_MAX_M or measured.swap_ab:
+        return measured
+    if TileGrid.for_problem(measured_m, n, batches, measured).units <= resident_clusters(
+            sm_count, measured.cluster_size):
+        return measured
+
+    def loss(at_m: int) -> tuple[float, GemmConfig]:
+        best_seconds, best = ranked_sm90_configs(at_m, n, k, batches, sm_count, can_swap, model)[0]
+        launched = _without_half_empty_clusters(measured, at_m)
+        seconds = estimate_seconds(at_m, n, k, batches, sm_count, launched.tile_m, launched.tile_n,
+                                   launched.split_k, model, launched.cluster_m, launched.cluster_n)
+        return seconds / best_seconds, best
+
+    here, best = loss(m)
+    there, _ = loss(measured_m)
+    return best if here > TABLE_WAVE_LOSS_MAX * there else measured
+
 # Stream the last partial wave (``GemmConfig.stream_k``) from this many whole waves
 # up. Measured on an H200 (benchmarks/NOTES.md section 16): with 7.8-31 waves of
 # 128x256 tiles, 0.3-3.6 % faster (8192^3: 2.1 %); with 2-4 waves, where the
