@@ -236,6 +236,32 @@ def test_configs(config, m, n, k):
     check(run(a, b, config=config), a, b)
 
 
+# A cluster pads the tile grid to whole clusters; a CTA whose tile lies wholly past M
+# (or N) skips loading that operand (the producer in kernels/sm90.py), so its
+# consumers multiply whatever the ring slot held. None of that may reach D: the
+# rows and columns past the output's edge stay poisoned.
+PADDED = [
+    (GemmConfig(tile_m=128, tile_n=128, cluster_m=2), (384, 512, 1024)),  # 3 tile rows of 4
+    (GemmConfig(tile_m=64, tile_n=256, cluster_m=4), (320, 512, 512)),  # 5 of 8: 3 CTAs without rows
+    (GemmConfig(tile_m=128, tile_n=128, cluster_n=2), (256, 384, 512)),  # 3 tile columns of 4
+    (GemmConfig(tile_m=128, tile_n=128, cluster_m=2, cluster_n=2), (384, 384, 520)),  # both
+    (GemmConfig(tile_m=128, tile_n=128, cluster_m=2, pingpong=True), (640, 256, 1024)),
+    (GemmConfig(tile_m=128, tile_n=128, cluster_m=2, split_k=2), (384, 512, 2048)),
+    (GemmConfig(tile_m=128, tile_n=256, cluster_m=2, stream_k=True), (1152, 4096, 1024)),
+]
+
+
+@pytest.mark.parametrize("config, shape", PADDED, ids=[c.short() for c, _ in PADDED])
+def test_clusters_over_tiles_past_the_edge(config, shape):
+    m, n, k = shape
+    a, b = rand(m, k), rand(k, n)
+    backing = torch.full((m + 256, n + 256), float("nan"), device="cuda", dtype=torch.bfloat16)
+    out = backing[:m, :n]
+    wsgemm.gemm(a, b, out=out, config=config)
+    check(out, a, b)
+    assert torch.isnan(backing[m:]).all() and torch.isnan(backing[:, n:]).all(), "wrote past the output"
+
+
 # Ping-pong consumers: each warpgroup runs every other tile of its CTA, so the cases
 # cover a CTA with one tile (the second warpgroup idle), odd and even tile counts per
 # CTA, a k-loop of one k-block (the turns hand over every k-block), clusters, and

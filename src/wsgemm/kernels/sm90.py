@@ -192,6 +192,8 @@ class Sm90Gemm(GemmKernelBase):
         # Recorded at trace time for the budget checks (compile.py, tests).
         self.smem_bytes = SharedStorage.size_in_bytes()
         self.tx_bytes = ab_stage_bytes
+        self.a_stage_bytes = cute.size_in_bytes(self.ab_dtype, a_smem_one)
+        self.b_stage_bytes = cute.size_in_bytes(self.ab_dtype, b_smem_one)
 
         tiles_m = scheduler.ceil_div(m, self.tile_mnk[0])
         tiles_n = scheduler.ceil_div(n, self.tile_mnk[1])
@@ -319,6 +321,17 @@ class Sm90Gemm(GemmKernelBase):
             tma_b, cta_m, cute.make_layout(cm), cute.group_modes(sB, 0, 2), cute.group_modes(gB, 0, 2)
         )
 
+        # A cluster pads the tile grid to whole clusters: with an odd number of tile
+        # rows in 2x1 clusters, a CTA of each last-row cluster has an A box that is all
+        # padding. TMA zero-fills such a box slowly, and the CTA's partner waits for it
+        # through the B tile they share (on an H200, one half-empty cluster row made
+        # 384x4096x8192 slower than four full ones at the same work; benchmarks/NOTES.md
+        # section 26). The box is skipped and not announced; the consumers' products of
+        # whatever the slot held land in rows past M, which the epilogue never stores.
+        # B tiles past N likewise where clusters pad along N.
+        tiles_m = scheduler.ceil_div(mA.shape[0], self.tile_mnk[0])
+        tiles_n = scheduler.ceil_div(mB.shape[0], self.tile_mnk[1])
+
         # The ring position of the next k-block to load, across tiles.
         slot, parity = ring.producer_start()
         token = Boolean(False)
@@ -337,15 +350,30 @@ class Sm90Gemm(GemmKernelBase):
             unit, kb_first, kb_count, _, _, _, _ = scheduler.piece_of_step(
                 step, cluster_id, units, num_clusters, k_blocks, splits, stream)
             tile_m, tile_n, batch = self.tile_of(unit, sched)
+            loads_a = Boolean(True)
+            loads_b = Boolean(True)
+            tx_bytes = None
+            if cutlass.const_expr(cm > 1 or cn > 1):
+                # Every CTA of a multicast group has the same tile of the operand it
+                # shares, so all of them skip it or none.
+                loads_a = tile_m < tiles_m
+                loads_b = tile_n < tiles_n
+                tx_bytes = Int32(ring.tx_bytes)
+                if not loads_a:
+                    tx_bytes -= self.a_stage_bytes
+                if not loads_b:
+                    tx_bytes -= self.b_stage_bytes
 
             def issue_copies(kb, slot, full):
-                cute.copy(tma_a, tAgA[(None, tile_m, kb_first + kb, batch)], tAsA[(None, slot)],
-                          tma_bar_ptr=full, mcast_mask=a_mask)
-                cute.copy(tma_b, tBgB[(None, tile_n, kb_first + kb, batch)], tBsB[(None, slot)],
-                          tma_bar_ptr=full, mcast_mask=b_mask)
+                if loads_a:
+                    cute.copy(tma_a, tAgA[(None, tile_m, kb_first + kb, batch)], tAsA[(None, slot)],
+                              tma_bar_ptr=full, mcast_mask=a_mask)
+                if loads_b:
+                    cute.copy(tma_b, tBgB[(None, tile_n, kb_first + kb, batch)], tBsB[(None, slot)],
+                              tma_bar_ptr=full, mcast_mask=b_mask)
 
             slot, parity, token = produce_k_blocks(
-                ring, slot, parity, token, kb_count, self.lookahead, Boolean(True), issue_copies
+                ring, slot, parity, token, kb_count, self.lookahead, Boolean(True), issue_copies, tx_bytes
             )
             step += 1
         if cutlass.const_expr(self.config.dependent_launch):

@@ -140,9 +140,11 @@ class SmemRing:
         return cute.arch.mbarrier_try_wait(self.empty_base + slot, parity)
 
     @cute.jit
-    def producer_acquire(self, slot, parity, token: Boolean, announces_bytes: Boolean):
+    def producer_acquire(self, slot, parity, token: Boolean, announces_bytes: Boolean, tx_bytes=None):
         """Wait until ``slot`` is empty (unless ``token`` says it already is), then
-        announce the bytes its TMA copies will deliver to ``full[slot]``.
+        announce the bytes its TMA copies will deliver to ``full[slot]``: the whole
+        stage, or ``tx_bytes`` where the tile skips an operand (SM90: an A or B box
+        that is all padding).
 
         With a 2-CTA MMA only the leader CTA of the pair announces (the peer's copies
         complete on the leader's barrier), so ``announces_bytes`` is false there.
@@ -151,7 +153,10 @@ class SmemRing:
             cute.arch.mbarrier_wait(self.empty_base + slot, parity)
         if announces_bytes:
             with cute.arch.elect_one():
-                cute.arch.mbarrier_arrive_and_expect_tx(self.full_base + slot, self.tx_bytes)
+                if cutlass.const_expr(tx_bytes is None):
+                    cute.arch.mbarrier_arrive_and_expect_tx(self.full_base + slot, self.tx_bytes)
+                else:
+                    cute.arch.mbarrier_arrive_and_expect_tx(self.full_base + slot, tx_bytes)
 
     @cute.jit
     def producer_tail(self, slot, parity):
@@ -202,7 +207,8 @@ class SmemRing:
 
 @cute.jit
 def produce_k_blocks(ring: SmemRing, slot: Int32, parity: Int32, token: Boolean, k_blocks: Int32,
-                     policy: cutlass.Constexpr, announces_bytes: Boolean, issue_copies: cutlass.Constexpr):
+                     policy: cutlass.Constexpr, announces_bytes: Boolean, issue_copies: cutlass.Constexpr,
+                     tx_bytes=None):
     """The TMA producer's k-loop for one output tile, shared by the SM90 and SM100 kernels.
 
     ``slot`` and ``parity`` are the ring position of the tile's first k-block (the
@@ -211,12 +217,13 @@ def produce_k_blocks(ring: SmemRing, slot: Int32, parity: Int32, token: Boolean,
     ``issue_copies(kb, slot, full_barrier)``. ``policy`` places the probe of the
     *next* slot: before the copies (``BEFORE_COPY``, CUTLASS's ``load()`` order), after
     them except on the last k-block (``AFTER_COPY``), or nowhere (``NONE``). Returns
-    the position after the tile and the token for the next tile.
+    the position after the tile and the token for the next tile. ``tx_bytes``: the
+    bytes the tile's copies deliver per k-block, where not the whole stage.
     """
     for kb in cutlass.range(k_blocks, unroll=1):
         if cutlass.const_expr(policy == Lookahead.NONE):
             token = Boolean(False)
-        ring.producer_acquire(slot, parity, token, announces_bytes)
+        ring.producer_acquire(slot, parity, token, announces_bytes, tx_bytes)
         next_slot, next_parity = ring.next_slot(slot, parity)
         if cutlass.const_expr(policy == Lookahead.BEFORE_COPY):
             # The probe's answer is needed one iteration later, so this try_wait
