@@ -23,6 +23,14 @@ short kernels):
     python benchmarks/sweep_configs.py --weight --model-top 8 --graph --reps 15 \\
         --shapes 384x1024x1024,1024x1024x1024 --name sweep_small_problems
 
+``--base`` times benchmarks/baseline.py's export of another commit beside the
+working tree: its default path, and with ``--tiles`` every grid config in both
+(a kernel change at fixed configs):
+
+    python benchmarks/baseline.py HEAD~1 /tmp/base
+    PYTHONPATH=/tmp/base python benchmarks/sweep_configs.py --weight --base --default \
+        --tiles 128x128 --clusters 1x1,2x1 --shapes 384x4096x8192 --name padded_tiles_ab
+
 ``--weight`` passes B as ``W.t()`` of an (N, K) weight, as ``nn.Linear`` stores it
 (the LLM suite's layout). For each shape the JSON also records the names of the
 kernels torch.matmul launched (cuBLAS names carry their tile shape), so a gap to
@@ -129,6 +137,19 @@ def model_candidates(m, n, k, top: int, weight_layout: bool, sms: int, dtype_nam
     return candidates
 
 
+def in_base_package(config: GemmConfig):
+    """f(a, b): ``config`` run by benchmarks/baseline.py's export (``wsgemm_base``),
+    given by its fields that differ from the defaults (enums by value), so that a
+    field added since that commit need not exist there."""
+    import wsgemm_base
+
+    fields = {f.name: getattr(config, f.name) for f in dataclasses.fields(config)
+              if getattr(config, f.name) != f.default}
+    fields = {name: getattr(value, "value", value) for name, value in fields.items()}
+    base_config = wsgemm_base.GemmConfig(**fields)
+    return lambda a, b: wsgemm_base.gemm(a, b, config=base_config)
+
+
 def as_ab_call(candidate):
     """f(a, b) of a sweep candidate: a GemmConfig, None (the default path) or another
     package's f(a, b)."""
@@ -225,7 +246,8 @@ def main(argv=None) -> int:
     p.add_argument("--default", action="store_true",
                    help="also time the default path (config=None: the tuned table, else the model)")
     p.add_argument("--base", action="store_true",
-                   help="also time the default path of benchmarks/baseline.py's export (wsgemm_base on the path)")
+                   help="also time the default path of benchmarks/baseline.py's export (wsgemm_base on "
+                        "the path), and with --tiles each grid config there too")
     p.add_argument("--model-top", type=int, default=0,
                    help="also time the model's N best configs per shape and their other cluster shape")
     p.add_argument("--default-twins", default="",
@@ -238,9 +260,9 @@ def main(argv=None) -> int:
     asked_other = args.tiles or args.default or args.base or args.model_top or args.default_twins
     hand_picked = args.set or (None if asked_other else "8192")
     candidates = dict(HAND_PICKED[hand_picked]) if hand_picked else {}
-    if args.tiles:
-        candidates.update(grid(args.tiles, args.clusters, args.splits, args.stages, args.swap, args.swizzles,
-                               args.epi_stages, args.pingpong))
+    grid_configs = grid(args.tiles, args.clusters, args.splits, args.stages, args.swap, args.swizzles,
+                        args.epi_stages, args.pingpong) if args.tiles else {}
+    candidates.update(grid_configs)
     if args.default:
         candidates["default"] = None
     if args.base:
@@ -248,6 +270,8 @@ def main(argv=None) -> int:
         if base_gemm is None:
             p.error(f"--base: {note}")
         candidates["base default"] = base_gemm
+        # The grid's configs in the exported package too: a kernel change at fixed configs.
+        candidates.update({f"base {label}": in_base_package(config) for label, config in grid_configs.items()})
     for cluster in filter(None, args.default_twins.split(",")):
         cm, cn = (int(v) for v in cluster.split("x"))
         candidates[f"default c{cm}x{cn}"] = default_config_with(cluster_m=cm, cluster_n=cn)

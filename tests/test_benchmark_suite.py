@@ -368,6 +368,24 @@ def test_sweep_model_candidates_are_launched_as_the_default_path_would(sweep):
     assert all(c.cluster_m == 1 for c in candidates.values() if c.tile_m == 128)  # three tile rows
 
 
+def test_sweep_base_runs_a_config_by_its_non_default_fields(sweep, monkeypatch):
+    import sys
+    import types
+
+    from wsgemm import GemmConfig
+
+    seen = {}
+    stand_in = types.ModuleType("wsgemm_base")
+    # An older GemmConfig: it knows only the fields it had (no pingpong, say).
+    stand_in.GemmConfig = lambda **fields: ("old config", tuple(sorted(fields.items())))
+    stand_in.gemm = lambda a, b, config: seen.setdefault("call", (a, b, config))
+    monkeypatch.setitem(sys.modules, "wsgemm_base", stand_in)
+    call = sweep.in_base_package(GemmConfig(tile_m=64, tile_n=256, cluster_m=2, raster="along_n"))  # 256: default
+    call("a", "b")
+    assert seen["call"] == ("a", "b", ("old config", (("cluster_m", 2), ("raster", "along_n"),
+                                                      ("tile_m", 64))))
+
+
 def test_tune_autotunes_every_problem_and_keeps_the_autotune_file(monkeypatch, tmp_path, capsys):
     pytest.importorskip("torch")
     monkeypatch.syspath_prepend(str(BENCH_DIR))
