@@ -376,8 +376,9 @@ PINGPONG_TILE_SPEED = {192: 1.0, 128: 0.93}
 # ... and only for tile grids of at least this many waves: a warpgroup's epilogue
 # overlaps the other's mainloop only on an SM that runs two tiles or more.
 PINGPONG_MIN_WAVES = 2
-# Tile rows up to which an odd count makes 2x1 clusters lose: measured at 3 (slower)
-# and 7 (as fast); 5 is unmeasured and keeps its clusters.
+# Tile rows up to which an odd count makes 2x1 clusters lose: measured at 3 (slower;
+# by 2-4 % since the producer skips all-padding boxes), 5 (within 2.5 %) and 7 (as
+# fast or faster).
 PADDED_CLUSTER_MAX_ROWS = 3
 # One warpgroup per tile for k-loops that fill one wave of 128x128 tiles: a
 # ping-pong CTA with a single tile runs it on one warpgroup (the other idles). On an
@@ -453,12 +454,14 @@ def with_launch_policy(arch: str, config: GemmConfig, m: int, n: int, k: int, ba
 def _without_half_empty_clusters(config: GemmConfig, m: int) -> GemmConfig:
     """``config`` unclustered where its 2x1 clusters would leave a CTA in each cluster
     of the last tile row with no rows of its own: an odd number of tile rows, at most
-    ``PADDED_CLUSTER_MAX_ROWS``. That CTA still loads an all-padding A tile and
-    takes its half of the shared B tile, and its partner waits for it. On an H200
-    (benchmarks/NOTES.md section 25, ``results/model_half_empty_clusters_ab.json``),
-    over 3 tile rows (M = 192 and 320-384, N = 1024-28672) 2x1 clusters ran 5-40 %
-    slower than none in 8 of 9 shapes and within 2 % in the ninth; over 7 rows
-    (896 x 4096 x 4096, 128x256 tiles) as fast (``results/sweep_odd_tile_rows.json``)."""
+    ``PADDED_CLUSTER_MAX_ROWS``. That CTA takes its half of the shared B tile
+    and its partner runs in step with it. On an H200 (benchmarks/NOTES.md section
+    25, ``results/model_half_empty_clusters_ab.json``), over 3 tile rows (M = 192
+    and 320-384, N = 1024-28672) 2x1 clusters ran 5-40 % slower than none in 8 of 9
+    shapes and within 2 % in the ninth; over 7 rows (896 x 4096 x 4096, 128x256
+    tiles) as fast (``results/sweep_odd_tile_rows.json``). Most of that loss was the
+    all-padding A box the CTA loaded, which the producer now skips (section 26): 2-4 %
+    slower than none remain over 3 rows (``results/padded_tiles_ab.json.gz``)."""
     tiles_m = ceil_div(m, config.tile_m)
     if config.cluster_m != 2 or config.swap_ab or tiles_m % 2 == 0 or tiles_m > PADDED_CLUSTER_MAX_ROWS:
         return config
