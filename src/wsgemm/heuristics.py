@@ -306,7 +306,6 @@ def choose_config(arch: str, m: int, n: int, k: int, batches: int, sm_count: int
     return ranked_sm90_configs(m, n, k, batches, sm_count, can_swap)[0][1]
 
 
-
 # A packaged winner (``wsgemm.tuned_table``) was measured at its bucket's largest M,
 # the suites' own M, and serves every M down to half of it. How many waves its tiles
 # make moves with M: at 1536x4096x4096 the M = 2048 winner (128x256 in 2x1 clusters,
@@ -348,6 +347,7 @@ def table_winner_or_model(measured: GemmConfig, measured_m: int, m: int, n: int,
     here, best = loss(m)
     there, _ = loss(measured_m)
     return best if here > TABLE_WAVE_LOSS_MAX * there else measured
+
 
 # Stream the last partial wave (``GemmConfig.stream_k``) from this many whole waves
 # up. Measured on an H200 (benchmarks/NOTES.md section 16): with 7.8-31 waves of
