@@ -407,7 +407,7 @@ def with_launch_policy(arch: str, config: GemmConfig, m: int, n: int, k: int, ba
     its one tile on one warpgroup, unsplit.
 
     **No half-empty clusters** (:func:`_without_half_empty_clusters`): 2x1 clusters
-    over one or three tile rows run unclustered.
+    of 128-row tiles over one or three tile rows run unclustered.
 
     **Ping-pong consumers** (:func:`pingpong_variant`) for k-loops of at most
     ``PINGPONG_MAX_K_BLOCKS`` over at least ``PINGPONG_MIN_WAVES`` waves of tiles, for
@@ -452,18 +452,24 @@ def with_launch_policy(arch: str, config: GemmConfig, m: int, n: int, k: int, ba
 
 
 def _without_half_empty_clusters(config: GemmConfig, m: int) -> GemmConfig:
-    """``config`` unclustered where its 2x1 clusters would leave a CTA in each cluster
-    of the last tile row with no rows of its own: an odd number of tile rows, at most
-    ``PADDED_CLUSTER_MAX_ROWS``. That CTA takes its half of the shared B tile
+    """``config`` unclustered where its 2x1 clusters of 128-row tiles would leave a CTA
+    in each cluster of the last tile row with no rows of its own: an odd number of
+    tile rows, at most ``PADDED_CLUSTER_MAX_ROWS``. That CTA takes its half of the shared B tile
     and its partner runs in step with it. On an H200 (benchmarks/NOTES.md section
     25, ``results/model_half_empty_clusters_ab.json``), over 3 tile rows (M = 192
     and 320-384, N = 1024-28672) 2x1 clusters ran 5-40 % slower than none in 8 of 9
     shapes and within 2 % in the ninth; over 7 rows (896 x 4096 x 4096, 128x256
     tiles) as fast (``results/sweep_odd_tile_rows.json``). Most of that loss was the
     all-padding A box the CTA loaded, which the producer now skips (section 26): 2-4 %
-    slower than none remain over 3 rows (``results/padded_tiles_ab.json.gz``)."""
+    slower than none remain over 3 rows (``results/padded_tiles_ab.json.gz``), and
+    with it only for 128-row tiles (``results/half_empty_rule_after_skip_ab.json.gz``:
+    on 17 shapes the rule kept 128x192 and 128x256 tiles 1.4-4 % faster, while 64x64
+    tiles over 3 rows ran 9-12 % faster in their clusters; over nine such shapes,
+    ``half_empty_64row_ab.json.gz``, 1.05x in single calls and 1.10x in graph
+    replays)."""
     tiles_m = ceil_div(m, config.tile_m)
-    if config.cluster_m != 2 or config.swap_ab or tiles_m % 2 == 0 or tiles_m > PADDED_CLUSTER_MAX_ROWS:
+    if (config.cluster_m != 2 or config.swap_ab or config.tile_m != 128 or tiles_m % 2 == 0
+            or tiles_m > PADDED_CLUSTER_MAX_ROWS):
         return config
     return dataclasses.replace(config, cluster_m=1)
 
