@@ -464,7 +464,7 @@ def _without_half_empty_clusters(config: GemmConfig, m: int) -> GemmConfig:
     slower than none remain over 3 rows (``results/padded_tiles_ab.json.gz``), and
     with it only for 128-row tiles (``results/half_empty_rule_after_skip_ab.json.gz``:
     on 17 shapes the rule kept 128x192 and 128x256 tiles 1.4-4 % faster, while 64x64
-    tiles over 3 rows ran 9-12 % faster in their clusters; over nine such shapes,
+    tiles over 3 rows ran 9-14 % faster in their clusters; over nine such shapes,
     ``half_empty_64row_ab.json.gz``, 1.05x in single calls and 1.10x in graph
     replays)."""
     tiles_m = ceil_div(m, config.tile_m)
