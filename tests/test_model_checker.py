@@ -21,7 +21,7 @@ from wsgemm.model import (
     fault_applies,
 )
 from wsgemm.model.__main__ import main as model_main
-from wsgemm.model.ops import Arrive, TmaLoad, TryWait, Wait
+from wsgemm.model.ops import Arrive, ArriveExpectTx, TmaLoad, TryWait, Wait
 
 POLICIES = list(Lookahead)
 # (stages, tiles, k_blocks): small enough to enumerate every interleaving.
@@ -121,6 +121,29 @@ def test_sm90_needs_two_stages_and_sm100_does_not():
     assert_proved_safe(PipelineSpec(Structure.SM100, 1, 2, 2))
 
 
+# SM90 tiles whose A box lies wholly past M (a cluster over an odd number of tile rows):
+# the producer skips the box and announces only B's bytes (Sm90Gemm.producer).
+PADDED = [(2, 3, 2, (1,)), (2, 2, 2, (0, 1)), (2, 3, 3, (0,))]
+
+
+@pytest.mark.parametrize("policy", POLICIES, ids=lambda p: p.value)
+@pytest.mark.parametrize("structure", [Structure.SM90, Structure.SM90_PINGPONG], ids=lambda s: s.value)
+@pytest.mark.parametrize("size", PADDED, ids=lambda s: "x".join(map(str, s[:3])) + f"-padded{s[3]}")
+def test_tiles_that_skip_an_all_padding_box_are_safe(size, structure, policy):
+    stages_, tiles, k_blocks, padded = size
+    assert_proved_safe(PipelineSpec(structure, stages_, tiles, k_blocks, policy, padded_tiles=padded))
+
+
+def test_a_padded_tile_loads_and_announces_b_alone():
+    spec = PipelineSpec(Structure.SM90, 2, 2, 2, padded_tiles=(1,))
+    producer = build_kernel(spec).programs[0]
+    loads = [(op.kblock, op.operand) for op in producer if isinstance(op, TmaLoad)]
+    assert loads == [(0, "A"), (0, "B"), (1, "A"), (1, "B"), (2, "B"), (3, "B")]
+    announced = [op.nbytes for op in producer if isinstance(op, ArriveExpectTx)]
+    assert announced == [spec.stage_bytes] * 2 + [spec.b_bytes] * 2
+    assert_proved_safe(PipelineSpec(Structure.SM90, 2, 3, 2, consumer_warpgroups=2, padded_tiles=(2,)))
+
+
 # -- planted bugs are caught ----------------------------------------------------------------
 
 FAULTS = [
@@ -133,6 +156,8 @@ FAULTS = [
     (Fault.EARLY_SLOT_RELEASE, Violation.STAGE_OVERWRITTEN),
     (Fault.EARLY_ACC_RELEASE, Violation.ACC_OVERWRITTEN),
     (Fault.SKIPS_MAINLOOP_TURN, Violation.READ_BEFORE_LANDED),
+    (Fault.ANNOUNCES_SKIPPED_BOX, Violation.DEADLOCK),
+    (Fault.SKIPS_REAL_BOX, Violation.READ_BEFORE_LANDED),
 ]
 FAULT_CASES = [
     (structure, fault, expected, policy)
@@ -235,6 +260,10 @@ def test_programs_use_the_stage_arithmetic():
     (dict(structure="sm90", fault="early_acc_release"), "needs Structure.SM100"),
     (dict(structure="sm90", fault="skips_mainloop_turn"), "needs Structure.SM90_PINGPONG"),
     (dict(structure="sm90", warps_per_warpgroup=1, fault="release_count_low"), "at least 2 arrivals"),
+    (dict(structure="sm100", fault="announces_skipped_box"), "needs Structure.SM90 or Structure.SM90_PINGPONG"),
+    (dict(structure="sm100", padded_tiles=(0,)), "the SM100 producer loads every box"),
+    (dict(structure="sm90", tiles=2, padded_tiles=(2,)), "padded_tiles must be tiles of this CTA"),
+    (dict(structure="sm90", tiles=2, padded_tiles=(0, 1), fault="skips_real_box"), "needs a tile with rows"),
 ])
 def test_spec_rejects_what_cannot_be_modelled(kwargs, message):
     with pytest.raises(ValueError, match=message):

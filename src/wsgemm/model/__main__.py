@@ -37,8 +37,12 @@ EXPECTED = {
     Fault.EARLY_SLOT_RELEASE: Violation.STAGE_OVERWRITTEN,
     Fault.EARLY_ACC_RELEASE: Violation.ACC_OVERWRITTEN,
     Fault.SKIPS_MAINLOOP_TURN: Violation.READ_BEFORE_LANDED,
+    Fault.ANNOUNCES_SKIPPED_BOX: Violation.DEADLOCK,
+    Fault.SKIPS_REAL_BOX: Violation.READ_BEFORE_LANDED,
 }
-
+# SM90: tiles whose A box is all padding (the producer skips it), as (stages, tiles,
+# k_blocks, padded tiles): one padded tile between others, and every tile padded.
+PADDED_SIZES = [(2, 3, 2, (1,)), (2, 2, 2, (0, 1)), (3, 3, 3, (2,))]
 
 
 def fault_spec(structure: Structure, fault: Fault, policy: Lookahead) -> PipelineSpec:
@@ -65,9 +69,19 @@ def check_policies(quick: bool) -> bool:
             exhaustive = f"{'safe' if all(verdicts) else 'VIOLATION'}: {len(sizes)} size{'s' * (len(sizes) > 1)}, {states} states"
             random_text = f"{'safe' if randomly.safe else 'VIOLATION'}: {randomly.completed_runs} runs"
             print(f"   {structure.value:13} {policy.value:12} {exhaustive:36} {random_text}")
+    padded = PADDED_SIZES[:1] if quick else PADDED_SIZES
+    for structure in (Structure.SM90, Structure.SM90_PINGPONG):
+        results = [explore_exhaustively(PipelineSpec(structure, stages, tiles, k_blocks, policy, padded_tiles=tiles_))
+                   for stages, tiles, k_blocks, tiles_ in padded for policy in Lookahead]
+        safe = all(r.safe and r.complete for r in results)
+        ok &= safe
+        print(f"   {structure.value:13} {'padded A':12} {'safe' if safe else 'VIOLATION'}: {len(padded)} sizes x "
+              f"3 policies, {sum(r.states for r in results)} states")
     for structure in Structure:
         sizes = ", ".join(f"{s}x{t}x{k}" for s, t, k in (QUICK_SIZES if quick else EXHAUSTIVE_SIZES[structure]))
         print(f"   {structure.value} sizes (stages x tiles x k-blocks): {sizes}")
+    print("   padded A (stages x tiles x k-blocks, padded tiles): "
+          + ", ".join(f"{s}x{t}x{k} {tiles_}" for s, t, k, tiles_ in padded))
     print(f"   random schedules of {RANDOM_SPEC}")
     return ok
 

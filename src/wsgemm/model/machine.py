@@ -221,7 +221,7 @@ class Machine:
     def issue_mma(self, role: int, op) -> None:
         slot = self.slots[op.slot]
         where = f"{self.kernel.role_names[role]} read slot {op.slot} for k-block {op.kblock}"
-        if slot.kblock is None or (slot.kblock == op.kblock and slot.landed < self.kernel.copies_per_stage):
+        if slot.kblock is None or (slot.kblock == op.kblock and slot.landed < self.kernel.copies_needed(op.kblock)):
             state = "nothing" if slot.kblock is None else f"{slot.landed} of its copies"
             raise ProtocolViolation(Violation.READ_BEFORE_LANDED, f"{where} when {state} had landed")
         if slot.kblock != op.kblock:

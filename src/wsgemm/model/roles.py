@@ -130,24 +130,28 @@ def producer(spec: PipelineSpec, ring: RingModel) -> Program:
     if spec.lookahead is Lookahead.BEFORE_COPY:
         yield ring.producer_try_acquire(count)
         probed = True
-    for _tile in range(spec.tiles):
-        count, probed = yield from produce_k_blocks(spec, ring, count, probed)
+    for tile in range(spec.tiles):
+        count, probed = yield from produce_k_blocks(spec, ring, count, probed, tile)
     yield from ring.producer_tail(count)
 
 
-def produce_k_blocks(spec: PipelineSpec, ring: RingModel, count: int, probed: bool):
+def produce_k_blocks(spec: PipelineSpec, ring: RingModel, count: int, probed: bool, tile: int = 0):
     """The producer's k-loop for one tile; returns the advanced counter and whether the
     token holds a probe's answer. With ``Lookahead.NONE`` nothing ever probes, so the
-    token stays false and every acquire waits."""
+    token stays false and every acquire waits. A tile whose A box is all padding
+    (``spec.padded_tiles``) loads and announces only B (``Sm90Gemm.producer``)."""
+    loads_a = spec.loads_a(tile)
+    announced = spec.stage_bytes if loads_a or spec.fault is Fault.ANNOUNCES_SKIPPED_BOX else spec.b_bytes
     for kb in range(spec.k_blocks):
-        yield from ring.producer_acquire(count, probed, spec.stage_bytes)
+        yield from ring.producer_acquire(count, probed, announced)
         slot, this = ring.slot(count), count
         count += 1
         if spec.lookahead is Lookahead.BEFORE_COPY:
             yield ring.producer_try_acquire(count)
             probed = True
         phase = ring.phase(this)
-        yield TmaLoad(slot, this, "A", ring.full(this), spec.a_bytes, phase)
+        if loads_a:
+            yield TmaLoad(slot, this, "A", ring.full(this), spec.a_bytes, phase)
         yield TmaLoad(slot, this, "B", ring.full(this), spec.b_bytes, phase)
         if spec.lookahead is Lookahead.AFTER_COPY:
             probed = kb + 1 < spec.k_blocks
@@ -283,9 +287,10 @@ class KernelModel:
     def mma_queues(self) -> int:
         return len({q for q in self.role_queues if q is not None})
 
-    @property
-    def copies_per_stage(self) -> int:
-        return 2  # A and B
+    def copies_needed(self, kblock: int) -> int:
+        """Copies (A and B, or B alone for a padded tile) that hand-over ``kblock``
+        must have landed before an MMA may read its slot."""
+        return self.spec.copies_needed(kblock // self.spec.k_blocks)
 
     def readers(self, kblock: int) -> frozenset[int]:
         """Roles whose MMAs will read the slot that hand-over ``kblock`` fills."""

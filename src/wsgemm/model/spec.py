@@ -54,18 +54,28 @@ class Fault(str, enum.Enum):
     #     its turn, so its parity waits on the shared full[s] may see a phase two laps
     #     old as the one it wants.
     SKIPS_MAINLOOP_TURN = "skips_mainloop_turn"
+    # (f) SM90 only, whose producer skips a box that lies wholly past the operand's
+    #     edge (``PipelineSpec.padded_tiles``): it skips a padded tile's A box but
+    #     announces the whole stage's bytes (the last tile is made padded if none is) ...
+    ANNOUNCES_SKIPPED_BOX = "announces_skipped_box"
+    #     ... or its edge test is off by one: it also skips (and does not announce) the
+    #     A box of the first tile that has rows.
+    SKIPS_REAL_BOX = "skips_real_box"
 
 
-# Faults that exist in one structure only: (that structure, why).
+_SM90_STRUCTURES = (Structure.SM90, Structure.SM90_PINGPONG)
+# Faults that exist in some structures only: (those structures, why).
 FAULT_ONLY_IN = {
-    Fault.EARLY_ACC_RELEASE: (Structure.SM100, "SM90 has no accumulator ring"),
-    Fault.SKIPS_MAINLOOP_TURN: (Structure.SM90_PINGPONG, "only ping-pong consumers take turns"),
+    Fault.EARLY_ACC_RELEASE: ((Structure.SM100,), "SM90 has no accumulator ring"),
+    Fault.SKIPS_MAINLOOP_TURN: ((Structure.SM90_PINGPONG,), "only ping-pong consumers take turns"),
+    Fault.ANNOUNCES_SKIPPED_BOX: (_SM90_STRUCTURES, "only the SM90 producer skips all-padding boxes"),
+    Fault.SKIPS_REAL_BOX: (_SM90_STRUCTURES, "only the SM90 producer skips all-padding boxes"),
 }
 
 
 def fault_applies(fault: Fault, structure: Structure) -> bool:
     """Whether ``fault`` can be planted in ``structure``'s roles."""
-    return FAULT_ONLY_IN.get(fault, (structure,))[0] is structure
+    return structure in FAULT_ONLY_IN.get(fault, ((structure,), ""))[0]
 
 
 @dataclass(frozen=True)
@@ -89,6 +99,11 @@ class PipelineSpec:
     # Bytes the two TMA copies of a stage deliver (default: 128x64 and 256x64 bf16).
     a_bytes: int = 128 * 64 * 2
     b_bytes: int = 256 * 64 * 2
+    # SM90: this CTA's tiles whose A box lies wholly past M -- the CTA without rows in
+    # a 2x1 cluster over an odd number of tile rows. The producer skips that box and
+    # announces only B's bytes; the consumers multiply whatever the slot's A part
+    # held, into rows the epilogue never stores.
+    padded_tiles: tuple[int, ...] = ()
     fault: Fault | None = None
 
     def __post_init__(self) -> None:
@@ -103,7 +118,17 @@ class PipelineSpec:
                 raise ValueError(f"PipelineSpec.{name} must be a positive int, got {value!r}")
         if self.fault is not None and not fault_applies(self.fault, self.structure):
             only, why = FAULT_ONLY_IN[self.fault]
-            raise ValueError(f"Fault.{self.fault.name} needs Structure.{only.name}: {why}")
+            names = " or ".join(f"Structure.{structure.name}" for structure in only)
+            raise ValueError(f"Fault.{self.fault.name} needs {names}: {why}")
+        object.__setattr__(self, "padded_tiles", tuple(sorted(set(self.padded_tiles))))
+        if self.padded_tiles and self.structure not in _SM90_STRUCTURES:
+            raise ValueError("padded_tiles: the SM100 producer loads every box")
+        if any(not 0 <= tile < self.tiles for tile in self.padded_tiles):
+            raise ValueError(f"padded_tiles must be tiles of this CTA (0-{self.tiles - 1}), got {self.padded_tiles}")
+        if self.fault is Fault.ANNOUNCES_SKIPPED_BOX and not self.padded_tiles:
+            object.__setattr__(self, "padded_tiles", (self.tiles - 1,))
+        if self.fault is Fault.SKIPS_REAL_BOX and len(self.padded_tiles) == self.tiles:
+            raise ValueError("Fault.SKIPS_REAL_BOX needs a tile with rows")
         if self.structure is Structure.SM90_PINGPONG:
             object.__setattr__(self, "consumer_warpgroups", 2)
         if self.fault is Fault.RELEASE_COUNT_LOW and self.release_arrivals < 2:
@@ -145,6 +170,19 @@ class PipelineSpec:
     def stage_bytes(self) -> int:
         return self.a_bytes + self.b_bytes
 
+    def loads_a(self, tile: int) -> bool:
+        """Whether the producer loads tile ``tile``'s A box (with ``SKIPS_REAL_BOX``: not
+        that of the first tile with rows either)."""
+        if tile in self.padded_tiles:
+            return False
+        first_real = min(set(range(self.tiles)) - set(self.padded_tiles))
+        return not (self.fault is Fault.SKIPS_REAL_BOX and tile == first_real)
+
+    def copies_needed(self, tile: int) -> int:
+        """The copies a k-block of ``tile`` must have landed before it is read: B, and A
+        unless the tile's A box is padding (whatever the slot's A part holds then)."""
+        return 1 if tile in self.padded_tiles else 2
+
     def short(self) -> str:
         """A compact name, e.g. ``sm90 s2 t2 k3 before_copy``."""
         name = f"{self.structure.value} s{self.stages} t{self.tiles} k{self.k_blocks}"
@@ -153,6 +191,8 @@ class PipelineSpec:
         if self.structure is Structure.SM100:
             name += f" acc{self.acc_stages}"
         name += f" {self.lookahead.value}"
+        if self.padded_tiles:
+            name += " padded=" + ",".join(map(str, self.padded_tiles))
         if self.fault is not None:
             name += f" fault={self.fault.value}"
         return name
