@@ -1,6 +1,6 @@
 """``python -m wsgemm.model``: check both kernels' pipelines under every look-ahead
 policy, show that planted bugs are caught, and print (optionally draw) the timeline
-model. Runs on any machine in about 30 seconds (``--quick``: about 6)."""
+model. Runs on any machine in about 30 seconds (``--quick``: about 8)."""
 
 from __future__ import annotations
 
