@@ -4,7 +4,7 @@ import pytest
 
 from wsgemm import config as cfg
 from wsgemm.heuristics import (BAND_CLUSTERS, H200, SPARE_EPILOGUE_BUFFERS, candidates_to_time, choose_config,
-                               estimate_seconds, pingpong_variant, ranked_sm90_configs,
+                               estimate_seconds, pingpong_variant, ranked_sm90_configs, table_winner_or_model,
                                with_spare_epilogue_buffers)
 
 H200_SMS = 132
@@ -262,3 +262,23 @@ def test_pingpong_variants_pick_the_tile_width_the_waves_favour():
             for k in (128, 1024):
                 given = cfg.GemmConfig(tile_m=tile_m, tile_n=tile_n)
                 _resolved(pingpong_variant(given, 8192, 8192, k, 1, H200_SMS), "fp32")  # builds
+
+
+def test_a_measured_winner_gives_way_only_where_its_waves_fit_worse_than_where_it_was_timed():
+    """128x256 tiles in 2x1 clusters, timed at M = 2048 on a 4096x4096 weight (128
+    clusters for 66 slots): at M = 1536 (96 clusters, 1.45 waves) the model's own pick
+    serves; where it was timed, below M = 129 and for swapped winners, the winner."""
+    winner = cfg.GemmConfig(tile_m=128, tile_n=256, cluster_m=2)
+    assert table_winner_or_model(winner, 2048, 2048, 4096, 4096, 1, H200_SMS) == winner
+    other = table_winner_or_model(winner, 2048, 1536, 4096, 4096, 1, H200_SMS)
+    assert other != winner and other == choose_config("sm90", 1536, 4096, 4096, 1, H200_SMS)
+    assert table_winner_or_model(winner, 128, 96, 4096, 4096, 1, H200_SMS) == winner
+    swapped = cfg.GemmConfig(tile_m=64, tile_n=16, swap_ab=True)
+    assert table_winner_or_model(swapped, 2048, 1536, 4096, 4096, 1, H200_SMS) == swapped
+
+
+def test_a_one_wave_winner_serves_its_whole_bucket():
+    """64 clusters of 128x128 tiles at M = 512 (one wave): at M = 320 the model's per-tile
+    rates, not the waves, would decide, and its picks there measured slower."""
+    winner = cfg.GemmConfig(tile_m=128, tile_n=128, cluster_m=2)
+    assert table_winner_or_model(winner, 512, 320, 4096, 4096, 1, H200_SMS) == winner
