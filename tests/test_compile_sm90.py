@@ -2,6 +2,7 @@
 majors, tiles, clusters and look-ahead policies, its PTX holds the instructions the
 design promises, and ptxas kept it within the register file without spills."""
 
+import dataclasses
 import itertools
 import re
 
@@ -144,6 +145,34 @@ def test_a_warpgroup_alone_on_its_tile_keeps_one_wgmma_batch_in_flight(config, i
 def test_default_policy_probes_the_next_stage_before_the_copies():
     _, compiled = build(config=GemmConfig(lookahead=Lookahead.BEFORE_COPY))
     assert producer_probe_precedes_copies(compiled.ptx)
+
+
+def announced_bytes(ptx: str) -> str:
+    """The operand of the producer's ``mbarrier.arrive.expect_tx``: an immediate or the
+    register that holds it."""
+    (operand,) = set(re.findall(r"mbarrier\.arrive\.expect_tx\S*\s+\S+,\s*\[[^\]]+\],\s*([^;\s]+);", ptx))
+    return operand
+
+
+@pytest.mark.parametrize("config", [GemmConfig(tile_m=128, tile_n=128, cluster_m=2),
+                                    GemmConfig(tile_m=128, tile_n=256, cluster_n=2)], ids=lambda c: c.short())
+def test_clustered_producers_announce_per_tile_bytes_and_can_skip_each_copy(config):
+    """A cluster pads the tile grid, so a tile may lie wholly past M (or N): the
+    producer then skips that operand's box and announces only what it loads
+    (benchmarks/NOTES.md section 26). The byte count is chosen per tile from the whole
+    stage and the stage less one box; unclustered kernels announce a constant."""
+    spec, compiled = build(config=config)
+    assert_core_structure(spec, compiled)
+    budget = cfg.smem_budget(spec)
+    stage = budget.stage_bytes
+    assert announced_bytes(compiled.ptx).startswith("%r")
+    # Whole stage or less A's box, then that or less B's box.
+    choices = re.findall(r"selp\.b32\s+%r\d+,\s*(\d+),\s*(\d+),", compiled.ptx)
+    assert (str(stage), str(stage - budget.a_stage_bytes)) in choices
+    assert re.search(rf"add\.s32\s+%r\d+,\s*%r\d+,\s*-{budget.b_stage_bytes};", compiled.ptx)
+    _, plain = build(config=dataclasses.replace(config, cluster_m=1, cluster_n=1))
+    constant = announced_bytes(plain.ptx)  # an immediate, or a register loaded with one
+    assert constant == str(stage) or re.search(rf"mov\.b32\s+{re.escape(constant)},\s*{stage};", plain.ptx)
 
 
 @pytest.mark.parametrize("policy", [Lookahead.AFTER_COPY, Lookahead.NONE])
