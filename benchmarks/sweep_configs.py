@@ -16,7 +16,9 @@ For the model's own ranking: ``--model-top N`` adds, per shape, the throughput
 model's N best configurations and the other cluster shape of each (2x1 for 1x1 and
 back), launched as the default path would launch them (``heuristics.as_launched``);
 ``--default-twins 1x1,1x2`` adds the default path's configuration with other
-clusters; ``--graph`` also times every implementation in CUDA-graph replays of
+clusters; ``--policy NAME=VALUE`` (repeatable) adds the default path as planned with
+a constant of ``wsgemm.heuristics`` set to VALUE (e.g. ``SOLO_TILE_MIN_FILL=0.7``);
+``--graph`` also times every implementation in CUDA-graph replays of
 back-to-back calls (``wsgemm.timing.time_graph_replays``, the autotuner's protocol for
 short kernels):
 
@@ -137,6 +139,20 @@ def model_candidates(m, n, k, top: int, weight_layout: bool, sms: int, dtype_nam
     return candidates
 
 
+def policy_setting(text: str, error) -> tuple[str, object]:
+    """``NAME=VALUE`` -> (NAME, VALUE as a Python literal) for a constant that
+    ``wsgemm.heuristics`` has; ``error(message)`` otherwise."""
+    import ast
+
+    name, _, value = text.partition("=")
+    if not hasattr(heuristics, name) or not name.isupper():
+        error(f"--policy: wsgemm.heuristics has no constant {name!r}")
+    try:
+        return name, ast.literal_eval(value)
+    except (ValueError, SyntaxError):
+        error(f"--policy {name}: {value!r} is not a Python literal")
+
+
 def in_base_package(config: GemmConfig):
     """f(a, b): ``config`` run by benchmarks/baseline.py's export (``wsgemm_base``),
     given by its fields that differ from the defaults (enums by value), so that a
@@ -250,6 +266,9 @@ def main(argv=None) -> int:
                         "the path), and with --tiles each grid config there too")
     p.add_argument("--model-top", type=int, default=0,
                    help="also time the model's N best configs per shape and their other cluster shape")
+    p.add_argument("--policy", action="append", default=[], metavar="NAME=VALUE",
+                   help="also time the default path planned with this wsgemm.heuristics constant changed "
+                        "(repeatable; one candidate each)")
     p.add_argument("--default-twins", default="",
                    help="also time the default path's config with these clusters, e.g. 1x1,1x2")
     p.add_argument("--graph", action="store_true", help="also time CUDA-graph replays of back-to-back calls")
@@ -257,7 +276,7 @@ def main(argv=None) -> int:
     p.add_argument("--name", default="sweep_8192_bf16")
     p.add_argument("--out", default=str(Path(__file__).parent / "results"))
     args = p.parse_args(argv)
-    asked_other = args.tiles or args.default or args.base or args.model_top or args.default_twins
+    asked_other = args.tiles or args.default or args.base or args.model_top or args.default_twins or args.policy
     hand_picked = args.set or (None if asked_other else "8192")
     candidates = dict(HAND_PICKED[hand_picked]) if hand_picked else {}
     grid_configs = grid(args.tiles, args.clusters, args.splits, args.stages, args.swap, args.swizzles,
@@ -272,6 +291,9 @@ def main(argv=None) -> int:
         candidates["base default"] = base_gemm
         # The grid's configs in the exported package too: a kernel change at fixed configs.
         candidates.update({f"base {label}": in_base_package(config) for label, config in grid_configs.items()})
+    for setting in args.policy:
+        name, value = policy_setting(setting, p.error)
+        candidates[f"default {name}={value!r}"] = default_config_with(policy={name: value})
     for cluster in filter(None, args.default_twins.split(",")):
         cm, cn = (int(v) for v in cluster.split("x"))
         candidates[f"default c{cm}x{cn}"] = default_config_with(cluster_m=cm, cluster_n=cn)

@@ -386,6 +386,19 @@ def test_sweep_base_runs_a_config_by_its_non_default_fields(sweep, monkeypatch):
                                                       ("tile_m", 64))))
 
 
+def test_sweep_policy_settings_name_a_heuristics_constant_and_a_literal(sweep):
+    assert sweep.policy_setting("SOLO_TILE_MIN_FILL=0.7", None) == ("SOLO_TILE_MIN_FILL", 0.7)
+    assert sweep.policy_setting("PADDED_CLUSTER_MAX_ROWS=0", None) == ("PADDED_CLUSTER_MAX_ROWS", 0)
+
+    def error(message):
+        raise SystemExit(message)
+
+    with pytest.raises(SystemExit, match="no constant 'NOT_A_KNOB'"):
+        sweep.policy_setting("NOT_A_KNOB=1", error)
+    with pytest.raises(SystemExit, match="not a Python literal"):
+        sweep.policy_setting("SOLO_TILE_MIN_FILL=most", error)
+
+
 def test_tune_autotunes_every_problem_and_keeps_the_autotune_file(monkeypatch, tmp_path, capsys):
     pytest.importorskip("torch")
     monkeypatch.syspath_prepend(str(BENCH_DIR))
