@@ -23,7 +23,7 @@ from pathlib import Path
 from wsgemm import GemmConfig
 from wsgemm import config as cfg
 from wsgemm.compile import compile_spec
-from wsgemm.inspection import producer_loop_ptx
+from wsgemm.inspection import announced_bytes_operands, producer_loop_ptx
 from wsgemm.kernels.common.scheduler import TileGrid
 from wsgemm.model import Fault, PipelineSpec, Structure, explore_exhaustively
 
@@ -56,7 +56,7 @@ def announced_bytes() -> None:
         ptx = compile_spec(spec, keep_artifacts=True).ptx
         loop = producer_loop_ptx(ptx).lines
         announce = next(line.strip() for line in loop if "mbarrier.arrive.expect_tx" in line)
-        operand = announce.rstrip(";").split(",")[-1].strip()
+        (operand,) = announced_bytes_operands(announce)
         branches = sum(bool(re.search(r"@%p\d+\s+bra", line)) for line in loop)
         print(f"   {name}: {announce}")
         if operand.startswith("%r"):

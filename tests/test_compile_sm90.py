@@ -11,9 +11,9 @@ import pytest
 from wsgemm import GemmConfig, Lookahead
 from wsgemm import config as cfg
 from wsgemm.compile import compile_spec
-from wsgemm.inspection import (count_instructions, cubin_resources, disassemble, producer_probe_precedes_copies,
-                               sass_instructions, sass_loop_around, sass_mnemonic, sass_opcode,
-                               uniform_moves_between)
+from wsgemm.inspection import (announced_bytes_operands, count_instructions, cubin_resources, disassemble,
+                               producer_probe_precedes_copies, sass_instructions, sass_loop_around, sass_mnemonic,
+                               sass_opcode, uniform_moves_between)
 
 MAJORS = [(a, b, d) for a, b, d in itertools.product("km", "kn", "nm")]
 
@@ -148,9 +148,8 @@ def test_default_policy_probes_the_next_stage_before_the_copies():
 
 
 def announced_bytes(ptx: str) -> str:
-    """The operand of the producer's ``mbarrier.arrive.expect_tx``: an immediate or the
-    register that holds it."""
-    (operand,) = set(re.findall(r"mbarrier\.arrive\.expect_tx\S*\s+\S+,\s*\[[^\]]+\],\s*([^;\s]+);", ptx))
+    """The operand of the producer's ``mbarrier.arrive.expect_tx`` (there is one)."""
+    (operand,) = announced_bytes_operands(ptx)
     return operand
 
 

@@ -292,6 +292,13 @@ def _producer_loop(lines: list[str], marks: dict) -> LoopExcerpt | None:
     return LoopExcerpt(excerpt, events)
 
 
+def announced_bytes_operands(ptx: str) -> set[str]:
+    """The byte-count operands of the ``mbarrier.arrive.expect_tx`` instructions in
+    ``ptx``: an immediate, or the register chosen per tile where a producer may skip a
+    box (the SM90 kernel in clusters, benchmarks/NOTES.md section 26)."""
+    return set(re.findall(r"mbarrier\.arrive\.expect_tx\S*\s+\S+,\s*\[[^\]]+\],\s*([^;\s]+);", ptx))
+
+
 def producer_loop_ptx(ptx: str) -> LoopExcerpt | None:
     return _producer_loop(ptx.splitlines(), _PTX_MARKS)
 
