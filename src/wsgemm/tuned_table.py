@@ -1,6 +1,6 @@
 """Measured best configurations per autotune shape bucket (generated; do not edit).
 
-Source: benchmarks/results/autotune_h200_c.json, benchmarks/results/autotune_h200_d.json, benchmarks/results/autotune_h200_e.json, benchmarks/results/autotune_h200_f.json, benchmarks/results/autotune_h200_g.json; superseded where they timed a bucket by benchmarks/results/autotune_h200_i.json.gz, benchmarks/results/autotune_h200_j.json.gz, benchmarks/results/autotune_h200_q.json.gz, by benchmarks/tuned_table.py. Keys are
+Source: benchmarks/results/autotune_h200_c.json.gz, benchmarks/results/autotune_h200_d.json.gz, benchmarks/results/autotune_h200_e.json.gz, benchmarks/results/autotune_h200_f.json.gz, benchmarks/results/autotune_h200_g.json; superseded where they timed a bucket by benchmarks/results/autotune_h200_i.json.gz, benchmarks/results/autotune_h200_j.json.gz, benchmarks/results/autotune_h200_q.json.gz, by benchmarks/tuned_table.py. Keys are
 ``wsgemm.autotune.bucket_key`` strings; values the non-default GemmConfig fields.
 """
 
