@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from wsgemm.operands import readable, readable_view, tma_major
+from wsgemm.operands import readable, readable_view, tma_major, writable_major, writable_view
 
 
 def test_row_major_is_cols_contiguous():
@@ -52,3 +52,19 @@ def test_unreadable_layouts_are_copied_into_a_padded_buffer(make):
     assert copied and tma_major(copy) == "cols"
     assert copy.stride(1) % 8 == 0 and copy.stride(1) >= t.shape[2]
     assert torch.equal(copy, t)  # same values, readable layout
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_outputs_are_stored_in_place_only_if_their_rows_end_on_16_byte_boundaries(dtype):
+    """TMA stores whole 16-byte chunks: a view whose rows end between two boundaries
+    would be written past its end, over its neighbour's columns."""
+    wide = torch.empty(64, 1104, dtype=dtype)  # 16-byte aligned row pitch either way
+    ragged = 1100 if dtype == torch.bfloat16 else 1102  # 2200 or 4408 bytes
+    assert tma_major(wide[:, :ragged]) == "cols"  # readable as an operand...
+    assert writable_major(wide[:, :ragged]) is None  # ...but not a result to store into in place
+    assert writable_major(wide[:, :1096]) == "cols"
+    assert writable_major(wide.t()[:ragged]) is None  # the same columns, column-major
+    assert writable_major(wide.t()[:1096]) == "rows"
+    assert writable_view(wide[:, :ragged].unsqueeze(0)) is None
+    view = writable_view(wide[:, :1096].unsqueeze(0))
+    assert view is not None and view.data_ptr() == wide.data_ptr()

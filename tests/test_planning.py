@@ -43,6 +43,19 @@ def test_swap_needs_2d_operands_else_it_is_dropped():
     assert mode == "fold" and problem == (12, 2048, 1)
 
 
+def test_an_output_whose_rows_end_between_16_byte_boundaries_is_computed_into_a_staging_buffer():
+    """A TMA store would write such rows past their end (wsgemm.operands.writable_major);
+    the same operands with an output that ends its rows on a boundary run directly."""
+    a, b = meta(512, 256), meta(256, 1104)
+    wide = meta(512, 1104)
+    mode, _, _ = plan(a, b[:, :1100], out=wide[:, :1100])
+    assert mode == "copy"
+    mode, _, _ = plan(a, b[:, :1096], out=wide[:, :1096])
+    assert mode == "direct"
+    mode, _, _ = plan(a, b[:, :1100])  # a result wsgemm allocates: its odd pitch alone sends it there
+    assert mode == "copy"
+
+
 def test_large_m_is_never_swapped():
     for m in (65, 512, 8192):
         assert not choose_config("sm90", m, 4096, 4096, 1, H200_SMS, can_swap=True).swap_ab

@@ -28,7 +28,7 @@ from .errors import DeviceError, ShapeError, UnsupportedDtypeError
 from .heuristics import as_launched, choose_config, table_winner_or_model
 from .kernels.common import stream_k
 from .kernels.common.scheduler import TileGrid
-from .operands import padded_empty, readable, readable_view, tma_major
+from .operands import padded_empty, readable, readable_view, tma_major, writable_major, writable_view
 from .workspace import split_k_workspace
 
 TORCH_DTYPES = {torch.float16: "fp16", torch.bfloat16: "bf16", torch.float32: "fp32"}
@@ -271,8 +271,8 @@ class Plan:
         a3, _ = readable(_as_batched(a, batches))
         b3, _ = readable(_as_batched(b, batches))
         target = out if out.dim() == 3 else out.unsqueeze(0)
-        d3 = readable_view(target)
-        if d3 is None:  # the output has no tensor map: compute into a staging buffer
+        d3 = writable_view(target)
+        if d3 is None:  # the kernel cannot store into the output: compute into a staging buffer
             d3 = padded_empty(*target.shape, dtype=self.dtype, device=self.device)
         self._launch(a3, b3, d3)
         if d3.data_ptr() != target.data_ptr():
@@ -347,7 +347,7 @@ def _choose_mode(a, b, out, shape, dtype) -> tuple[str, tuple]:
     """(mode, (a, b, d) unit-stride modes) for a launchable product."""
     # Without out=, Plan.run allocates a contiguous result: reason about its layout.
     d = out if out is not None else torch.empty(shape, dtype=dtype, device="meta")
-    a_major, b_major, d_major = tma_major(a), tma_major(b), tma_major(d)
+    a_major, b_major, d_major = tma_major(a), tma_major(b), writable_major(d)
     if a.dim() == b.dim() and a_major and b_major and d_major:
         return "direct", (a_major, b_major, d_major)
     if a.dim() == 3 and b.dim() == 2 and a_major == "cols" and b_major and d_major == "cols":
@@ -356,12 +356,12 @@ def _choose_mode(a, b, out, shape, dtype) -> tuple[str, tuple]:
             return "fold", (a_major, b_major, d_major)
     batches = shape[0] if len(shape) == 3 else 1
 
-    def copy_major(t3):  # what Plan._run_with_copies will hand the kernel
-        view = readable_view(t3)
+    def copy_major(view):  # what Plan._run_with_copies will hand the kernel
         return "cols" if view is None else tma_major(view)  # copies are row-contiguous
 
-    return "copy", (copy_major(_as_batched(a, batches)), copy_major(_as_batched(b, batches)),
-                    copy_major(d if d.dim() == 3 else d.unsqueeze(0)))
+    return "copy", (copy_major(readable_view(_as_batched(a, batches))),
+                    copy_major(readable_view(_as_batched(b, batches))),
+                    copy_major(writable_view(d if d.dim() == 3 else d.unsqueeze(0))))
 
 
 def make_plan(a, b, out, out_dtype, config) -> Plan:
@@ -438,7 +438,7 @@ def _kernel_for(a, b, out, out_dtype, config, shape, dtype, batched, batches, gp
 def _swapped_majors(a, b, out, shape, dtype) -> tuple[str, str, str]:
     """Unit-stride modes of B^T, A^T and D^T (2-D, all TMA-readable when A, B, D are)."""
     d = out if out is not None else torch.empty(shape, dtype=dtype, device="meta")
-    return tma_major(b.t()), tma_major(a.t()), tma_major(d.t())
+    return tma_major(b.t()), tma_major(a.t()), writable_major(d.t())
 
 
 def _bucket_key(gpu, arch, ab_dtype, out_dtype, majors, m, n, k, batches) -> str:

@@ -8,7 +8,9 @@ the base address and every other stride a non-zero multiple of 16 bytes
 rules and the TVM-FFI call checks them; :func:`tma_major` is the same rule on the
 Python side. A layout that breaks it is copied into a buffer whose rows are padded
 to the next multiple of 16 bytes (the kernels never read the padding: TMA treats
-columns past ``cols`` as out of bounds).
+columns past ``cols`` as out of bounds). An output must also end its rows (or
+columns) on a 16-byte boundary (:func:`writable_major`), else the kernel computes into
+such a padded buffer, which is then copied into it.
 """
 
 from __future__ import annotations
@@ -61,6 +63,27 @@ def readable_view(t: torch.Tensor) -> torch.Tensor | None:
         s_batch = max(s_rows * rows, s_cols * cols)
     view = t.as_strided(t.shape, (s_batch, s_rows, s_cols)) if (s_batch, s_rows, s_cols) != t.stride() else t
     return view if tma_major(view) is not None else None
+
+
+def writable_major(t: torch.Tensor) -> str | None:
+    """:func:`tma_major` of an output the kernels may store into in place: TMA stores
+    whole 16-byte chunks, so the extent of the unit-stride mode must also fill whole
+    chunks, or each row (column) is written past its end up to the next 16-byte
+    boundary, over whatever lies there (on an H200, zeros landed in the four columns
+    past N = 1100 of a view into a wider tensor; Triton issue 11583 documents the same
+    hardware behaviour)."""
+    major = tma_major(t)
+    if major is None:
+        return None
+    extent = t.shape[-1] if major == "cols" else t.shape[-2]
+    return major if extent % alignment_elems(t.dtype) == 0 else None
+
+
+def writable_view(t: torch.Tensor) -> torch.Tensor | None:
+    """A view of a 3-D output the kernels can store into in place, or ``None``
+    (:func:`readable_view` and :func:`writable_major`)."""
+    view = readable_view(t)
+    return view if view is not None and writable_major(view) is not None else None
 
 
 def padded_empty(batches: int, rows: int, cols: int, dtype: torch.dtype, device) -> torch.Tensor:
