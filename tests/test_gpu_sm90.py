@@ -262,6 +262,72 @@ def test_clusters_over_tiles_past_the_edge(config, shape):
     assert torch.isnan(backing[m:]).all() and torch.isnan(backing[:, n:]).all(), "wrote past the output"
 
 
+# TMA stores whole 16-byte chunks: into an output whose rows end between two 16-byte
+# boundaries a direct store would write past each row's end, over the neighbouring
+# columns of a wider tensor (wsgemm.operands.writable_major). Such outputs are
+# computed into a staging buffer and copied.
+@pytest.mark.parametrize("n", [1100, 1101, 1096])
+@pytest.mark.parametrize("d_dtype", [torch.bfloat16, torch.float32], ids=["bf16", "fp32"])
+@pytest.mark.parametrize("config", [None, GemmConfig(tile_m=128, tile_n=128)], ids=["default", "128x128"])
+def test_outputs_that_end_between_16_byte_boundaries_keep_their_neighbours(n, d_dtype, config):
+    m, k = 300, 256
+    a, b = rand(m, k), rand(k, n)
+    backing = torch.full((m, 1152), float("nan"), device="cuda", dtype=d_dtype)
+    out = backing[:, :n]
+    wsgemm.gemm(a, b, out=out, config=config)
+    check(out, a, b, dtype=d_dtype)
+    assert torch.isnan(backing[:, n:]).all(), "wrote past the output's rows"
+
+
+# The last tile row and column move back so that their boxes end at the edge
+# (scheduler.edge_tile_offset), recomputing rows and columns their neighbours also
+# compute and storing over them; along an operand's contiguous dimension only by whole
+# 16-byte groups (TMA boxes start on 16-byte boundaries). What they store must equal,
+# bit for bit, what the same config computes on larger operands whose extra rows and
+# columns put every tile in place; and nothing past the output's edge may be written.
+MOVED_EDGES = [
+    # (config, (batches, M, N, K), A column-major, D column-major, D dtype)
+    (GemmConfig(tile_m=128, tile_n=128), (1, 576, 2496, 1024), False, False, torch.bfloat16),
+    (GemmConfig(tile_m=64, tile_n=256), (1, 200, 1000, 512), False, False, torch.bfloat16),
+    (GemmConfig(tile_m=128, tile_n=96, cluster_n=2), (1, 320, 4096, 1024), False, False, torch.bfloat16),
+    (GemmConfig(tile_m=128, tile_n=128, cluster_m=2), (1, 680, 1288, 512), False, False, torch.bfloat16),
+    # N = 1100: the last column would move back 52 columns, D's contiguous ones: 48.
+    (GemmConfig(tile_m=128, tile_n=192, pingpong=True), (1, 1000, 1100, 520), False, False, torch.bfloat16),
+    (GemmConfig(tile_m=128, tile_n=64, swap_ab=True), (1, 300, 1000, 256), False, False, torch.bfloat16),
+    (GemmConfig(tile_m=128, tile_n=128), (3, 300, 400, 256), False, False, torch.bfloat16),
+    # M = 1003 along column-major A and D (contiguous M), fp32 D.
+    (GemmConfig(tile_m=128, tile_n=128), (1, 1003, 1000, 256), True, False, torch.bfloat16),
+    (GemmConfig(tile_m=128, tile_n=128), (1, 1003, 1000, 256), False, True, torch.float32),
+]
+
+
+def column_major(t):
+    return t.transpose(-1, -2).contiguous().transpose(-1, -2)
+
+
+@pytest.mark.parametrize("config, shape, a_col, d_col, d_dtype", MOVED_EDGES,
+                         ids=[f"{c.short()}-{'x'.join(map(str, s))}{'-acol' * a}{'-dcol' * d}-{str(t)[6:]}"
+                              for c, s, a, d, t in MOVED_EDGES])
+def test_edge_tiles_move_inside_and_store_what_their_neighbours_do(config, shape, a_col, d_col, d_dtype):
+    batches, m, n, k = shape
+    lead = (batches,) if batches > 1 else ()
+    a_whole, b_whole = rand(*lead, 768 * -(-m // 768), k), rand(*lead, k, 768 * -(-n // 768))
+    if a_col:
+        a_whole = column_major(a_whole)
+    a, b = a_whole[..., :m, :], b_whole[..., :n]
+    # Room past both edges, with 16-byte aligned strides so that D goes to the kernel as it is.
+    backing = torch.full((*lead, 8 * -(-(m + 256) // 8), 8 * -(-(n + 256) // 8)), float("nan"), device="cuda",
+                         dtype=d_dtype)
+    if d_col:
+        backing = column_major(backing)
+    out = backing[..., :m, :n]
+    wsgemm.gemm(a, b, out=out, config=config)
+    check(out, a, b, dtype=d_dtype)
+    assert torch.isnan(backing[..., m:, :]).all() and torch.isnan(backing[..., n:]).all(), "wrote past the output"
+    in_place = wsgemm.gemm(a_whole, b_whole, out_dtype=d_dtype, config=config)[..., :m, :n]
+    assert torch.equal(out, in_place), "a moved tile stored other values than its neighbour computed"
+
+
 # Ping-pong consumers: each warpgroup runs every other tile of its CTA, so the cases
 # cover a CTA with one tile (the second warpgroup idle), odd and even tile counts per
 # CTA, a k-loop of one k-block (the turns hand over every k-block), clusters, and

@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from wsgemm.kernels.common import stages
-from wsgemm.kernels.common.scheduler import TileGrid, cluster_coord_of_work
+from wsgemm.kernels.common.scheduler import TileGrid, cluster_coord_of_work, edge_tile_offset, edge_tile_overhang
 
 
 def test_stage_index_and_parities_walk_the_ring():
@@ -73,6 +73,31 @@ def test_every_output_tile_is_computed_exactly_once(tiles_m, tiles_n, batches, c
     assert {t: v for t, v in seen.items() if t[0] < tiles_m and t[1] < tiles_n} == real
     # Padding tiles appear only past the edges, and only to complete a cluster.
     assert all(m < grid.clusters_m * cluster_m and n < grid.clusters_n * cluster_n for m, n, _ in seen)
+
+
+@settings(max_examples=400, deadline=None)
+@given(extent=st.integers(1, 2000), tile_size=st.sampled_from([64, 96, 128, 160, 192, 256]),
+       granule=st.sampled_from([1, 8]), padding=st.integers(0, 3))
+def test_moved_edge_tiles_cover_every_row_and_read_less_past_the_edge(extent, tile_size, granule, padding):
+    """Tiles start at ``tile * tile_size + edge_tile_offset(...)``: with two or more
+    tiles the last one moves back by whole granules, as far as it can without
+    starting before 0, so that fewer than ``granule`` of its rows lie past the edge;
+    the others stay; together they cover ``[0, extent)``. A single tile stays where
+    it is (it cannot move); tiles a cluster pads the grid with (``tile >= tiles``)
+    never move into the output."""
+    tiles = -(-extent // tile_size)
+    overhang = edge_tile_overhang(tiles, extent, tile_size, granule)
+    starts = [t * tile_size + edge_tile_offset(t, tiles, overhang) for t in range(tiles + padding)]
+    real = starts[:tiles]
+    assert real[:-1] == [t * tile_size for t in range(tiles - 1)]
+    if tiles == 1:
+        assert real == [0]
+    else:
+        assert all(s >= 0 and s % granule == 0 for s in real)
+        assert 0 <= real[-1] + tile_size - extent < granule
+    covered = set().union(*(range(s, min(s + tile_size, extent)) for s in real))
+    assert covered == set(range(extent))
+    assert starts[tiles:] == [t * tile_size for t in range(tiles, tiles + padding)]
 
 
 def test_swizzle_visits_band_columns_side_by_side_walking_down_m():

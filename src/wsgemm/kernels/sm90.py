@@ -310,16 +310,8 @@ class Sm90Gemm(GemmKernelBase):
         a_mask = cute.make_layout_image_mask(cluster_layout, my_coord, mode=1) if cn > 1 else 0
         b_mask = cute.make_layout_image_mask(cluster_layout, my_coord, mode=0) if cm > 1 else 0
 
-        # (bM, bK, tiles_m, k_blocks, batches) views of the operands, split so that
-        # each CTA of a multicast group loads its share of the tile for all of them.
-        gA = cute.local_tile(mA, (self.tile_mnk[0], self.tile_mnk[2]), (None, None, None))
-        gB = cute.local_tile(mB, (self.tile_mnk[1], self.tile_mnk[2]), (None, None, None))
-        tAsA, tAgA = cute.nvgpu.cpasync.tma_partition(
-            tma_a, cta_n, cute.make_layout(cn), cute.group_modes(sA, 0, 2), cute.group_modes(gA, 0, 2)
-        )
-        tBsB, tBgB = cute.nvgpu.cpasync.tma_partition(
-            tma_b, cta_m, cute.make_layout(cm), cute.group_modes(sB, 0, 2), cute.group_modes(gB, 0, 2)
-        )
+        tAsA, tAgA = self.operand_boxes(tma_a, mA, sA, self.tile_mnk[0], cta_n, cn, 0)
+        tBsB, tBgB = self.operand_boxes(tma_b, mB, sB, self.tile_mnk[1], cta_m, cm, 0)
 
         # A cluster pads the tile grid to whole clusters: with an odd number of tile
         # rows in 2x1 clusters, a CTA of each last-row cluster has an A box that is all
@@ -331,6 +323,7 @@ class Sm90Gemm(GemmKernelBase):
         # B tiles past N likewise where clusters pad along N.
         tiles_m = scheduler.ceil_div(mA.shape[0], self.tile_mnk[0])
         tiles_n = scheduler.ceil_div(mB.shape[0], self.tile_mnk[1])
+        overhang_m, overhang_n = self.edge_overhangs(mA.shape[0], mB.shape[0])
 
         # The ring position of the next k-block to load, across tiles.
         slot, parity = ring.producer_start()
@@ -350,6 +343,12 @@ class Sm90Gemm(GemmKernelBase):
             unit, kb_first, kb_count, _, _, _, _ = scheduler.piece_of_step(
                 step, cluster_id, units, num_clusters, k_blocks, splits, stream)
             tile_m, tile_n, batch = self.tile_of(unit, sched)
+            a_boxes, b_boxes = tAgA, tBgB
+            if cutlass.const_expr(self.moves_edge_tiles):
+                _, a_boxes = self.operand_boxes(tma_a, mA, sA, self.tile_mnk[0], cta_n, cn,
+                                                scheduler.edge_tile_offset(tile_m, tiles_m, overhang_m))
+                _, b_boxes = self.operand_boxes(tma_b, mB, sB, self.tile_mnk[1], cta_m, cm,
+                                                scheduler.edge_tile_offset(tile_n, tiles_n, overhang_n))
             loads_a = Boolean(True)
             loads_b = Boolean(True)
             tx_bytes = None
@@ -366,10 +365,10 @@ class Sm90Gemm(GemmKernelBase):
 
             def issue_copies(kb, slot, full):
                 if loads_a:
-                    cute.copy(tma_a, tAgA[(None, tile_m, kb_first + kb, batch)], tAsA[(None, slot)],
+                    cute.copy(tma_a, a_boxes[(None, tile_m, kb_first + kb, batch)], tAsA[(None, slot)],
                               tma_bar_ptr=full, mcast_mask=a_mask)
                 if loads_b:
-                    cute.copy(tma_b, tBgB[(None, tile_n, kb_first + kb, batch)], tBsB[(None, slot)],
+                    cute.copy(tma_b, b_boxes[(None, tile_n, kb_first + kb, batch)], tBsB[(None, slot)],
                               tma_bar_ptr=full, mcast_mask=b_mask)
 
             slot, parity, token = produce_k_blocks(
@@ -381,6 +380,39 @@ class Sm90Gemm(GemmKernelBase):
             # (onto SMs this grid leaves) once every CTA has said so.
             cute.arch.griddepcontrol_launch_dependents()
         ring.producer_tail(slot, parity)
+
+    @cute.jit
+    def operand_boxes(self, tma, mX, sX, rows: int, rank, group: int, row_offset):
+        """(smem, gmem) TMA views of operand X ((rows, K, batches) tensor ``mX``): for every
+        stage and every (tile, k-block, batch), the box this CTA loads, its share of the
+        tile when ``group`` CTAs multicast it. ``row_offset`` moves the tiles' origin
+        (see ``scheduler.edge_tile_offset``)."""
+        gX = cute.local_tile(cute.domain_offset((row_offset, 0, 0), mX), (rows, self.tile_mnk[2]),
+                             (None, None, None))
+        return cute.nvgpu.cpasync.tma_partition(
+            tma, rank, cute.make_layout(group), cute.group_modes(sX, 0, 2), cute.group_modes(gX, 0, 2)
+        )
+
+    @property
+    def moves_edge_tiles(self) -> bool:
+        """The last tile row and column move back to end at the edge instead of reading
+        past it (``scheduler.edge_tile_offset``). Not with a split-K or stream-K
+        workspace: there a moved tile and its neighbour may sum their shared rows in
+        different orders, and whichever stored last would decide their low bits."""
+        return not self.config.has_workspace
+
+    def edge_overhangs(self, m, n):
+        """How far the last tile row and column move back (``scheduler.edge_tile_overhang``):
+        along M in whole 16-byte groups where A or D is M-major, along N where B or D
+        is N-major."""
+        if not self.moves_edge_tiles:
+            return 0, 0
+        spec = self.spec
+        elems = hardware.TMA_ALIGNMENT_BYTES // min(cfg.DTYPE_BYTES[spec.ab_dtype], cfg.DTYPE_BYTES[spec.out_dtype])
+        granule_m = elems if "m" in (spec.a_major, spec.d_major) else 1
+        granule_n = elems if "n" in (spec.b_major, spec.d_major) else 1
+        return (scheduler.edge_tile_overhang(scheduler.ceil_div(m, self.tile_mnk[0]), m, self.tile_mnk[0], granule_m),
+                scheduler.edge_tile_overhang(scheduler.ceil_div(n, self.tile_mnk[1]), n, self.tile_mnk[1], granule_n))
 
     # -- consumers (wgmma warpgroups) + epilogue -----------------------------------------
 
@@ -421,6 +453,9 @@ class Sm90Gemm(GemmKernelBase):
         tCrA = tiled_mma.make_fragment_A(tCsA)
         tCrB = tiled_mma.make_fragment_B(tCsB)
         gD = cute.local_tile(mD, (self.tile_mnk[0], self.tile_mnk[1]), (None, None, None))
+        tiles_m = scheduler.ceil_div(mD.shape[0], self.tile_mnk[0])
+        tiles_n = scheduler.ceil_div(mD.shape[1], self.tile_mnk[1])
+        overhang_m, overhang_n = self.edge_overhangs(mD.shape[0], mD.shape[1])
         tCgD = thr_mma.partition_C(gD)
         acc = cute.make_rmem_tensor(tCgD.shape[:3], self.acc_dtype)
         k_atoms = cute.size(tCrA, mode=[2])
@@ -533,6 +568,12 @@ class Sm90Gemm(GemmKernelBase):
             if finishes_tile:
                 # ---- epilogue: registers -> smem -> TMA store, one sub-tile at a time ----
                 gD_tile = gD[(None, None, tile_m, tile_n, batch)]
+                if cutlass.const_expr(self.moves_edge_tiles):
+                    # Store where the producer loaded: the edge tiles moved back.
+                    moved = cute.domain_offset((scheduler.edge_tile_offset(tile_m, tiles_m, overhang_m),
+                                                scheduler.edge_tile_offset(tile_n, tiles_n, overhang_n), 0), mD)
+                    gD_tile = cute.local_tile(moved, (self.tile_mnk[0], self.tile_mnk[1]),
+                                              (None, None, None))[(None, None, tile_m, tile_n, batch)]
                 gD_epi = cute.zipped_divide(gD_tile, self.epi_tile)
                 tDsD, tDgD = cute.nvgpu.cpasync.tma_partition(
                     tma_d, 0, cute.make_layout(1), cute.group_modes(sD, 0, 2), gD_epi

@@ -58,6 +58,39 @@ def cluster_coord_of_work(work, clusters_m, clusters_n, along_m: bool, swizzle: 
     return band_idx, walk_idx, batch
 
 
+def edge_tile_overhang(tiles, extent, tile_size, granule: int = 1):
+    """How far the last of ``tiles`` tiles moves back (see :func:`edge_tile_offset`):
+    the rows (or columns) it would cover past ``extent``, rounded down to a multiple
+    of ``granule``; 0 when the tiles divide the extent, or when there is only one
+    tile (nothing to move it onto).
+
+    ``granule`` (compile-time): where the dimension is an operand's contiguous one, a
+    TMA box must start on a 16-byte boundary (a box of 2-byte elements moved back by
+    52 columns stopped an H200 kernel with an illegal instruction), so the tile
+    moves back by whole 16-byte groups and may still read up to ``granule - 1`` rows
+    past the edge."""
+    overhang = (tiles * tile_size - extent) * cutlass.min(tiles - 1, 1)
+    return overhang // granule * granule
+
+
+def edge_tile_offset(tile, tiles, overhang):
+    """Where tile ``tile`` starts relative to ``tile * tile_size``: ``-overhang`` for the
+    last tile, which moves back so that its box ends at the edge instead of reading
+    past it, and 0 for every other tile, also those a cluster pads the grid with
+    (``tile >= tiles``), which must never land inside the output. Branch-free integer
+    arithmetic, as :func:`cluster_coord_of_work`.
+
+    Why: TMA fills the rows of a box that lie past the tensor's edge with zeros, and
+    on an H200 a box straddling the edge is slow. 128x128 tiles at 576x2560x8192
+    (whose last tile row holds 64 rows) ran 61.1 us against 45.7 at 640x2560x8192,
+    the same grid with every box inside (benchmarks/NOTES.md section 27). The moved
+    tile recomputes rows its neighbour also computes, with the same instructions in
+    the same order, and stores the same values over them.
+    """
+    is_last = cutlass.min(cutlass.max(tile - tiles + 2, 0), 1) - cutlass.min(cutlass.max(tile - tiles + 1, 0), 1)
+    return -overhang * is_last
+
+
 def steps_of_cluster(cluster, units, clusters, k_blocks, splits: int, stream: bool):
     """Work pieces cluster ``cluster`` runs (``splits`` and ``stream`` are compile-time):
     whole units, then its share of the last partial wave, split (``split_k``) or
