@@ -6,6 +6,7 @@ caching allocator NaN-filled memory first), relative Frobenius error bounds per
 output dtype plus a row-wise bound that catches a single wrong tile.
 """
 
+import math
 import subprocess
 import sys
 
@@ -298,6 +299,10 @@ MOVED_EDGES = [
     # M = 1003 along column-major A and D (contiguous M), fp32 D.
     (GemmConfig(tile_m=128, tile_n=128), (1, 1003, 1000, 256), True, False, torch.bfloat16),
     (GemmConfig(tile_m=128, tile_n=128), (1, 1003, 1000, 256), False, True, torch.float32),
+    # Split-K in one wave: every tile split alike, so the moved tile sums its shared
+    # rows as its neighbour does (and so do the in-place operands: one wave too).
+    (GemmConfig(tile_m=128, tile_n=128, split_k=2), (1, 320, 2560, 1024), False, False, torch.bfloat16),
+    (GemmConfig(tile_m=128, tile_n=192, cluster_m=2, split_k=3), (1, 200, 4096, 1536), False, False, torch.bfloat16),
 ]
 
 
@@ -311,7 +316,9 @@ def column_major(t):
 def test_edge_tiles_move_inside_and_store_what_their_neighbours_do(config, shape, a_col, d_col, d_dtype):
     batches, m, n, k = shape
     lead = (batches,) if batches > 1 else ()
-    a_whole, b_whole = rand(*lead, 768 * -(-m // 768), k), rand(*lead, k, 768 * -(-n // 768))
+    # Larger operands whose every tile is in place (kernel M and N are N and M if swapped).
+    step = math.lcm(config.tile_m, config.tile_n)
+    a_whole, b_whole = rand(*lead, step * -(-m // step), k), rand(*lead, k, step * -(-n // step))
     if a_col:
         a_whole = column_major(a_whole)
     a, b = a_whole[..., :m, :], b_whole[..., :n]

@@ -323,7 +323,6 @@ class Sm90Gemm(GemmKernelBase):
         # B tiles past N likewise where clusters pad along N.
         tiles_m = scheduler.ceil_div(mA.shape[0], self.tile_mnk[0])
         tiles_n = scheduler.ceil_div(mB.shape[0], self.tile_mnk[1])
-        overhang_m, overhang_n = self.edge_overhangs(mA.shape[0], mB.shape[0])
 
         # The ring position of the next k-block to load, across tiles.
         slot, parity = ring.producer_start()
@@ -333,6 +332,7 @@ class Sm90Gemm(GemmKernelBase):
 
         splits, stream = self.config.split_k, self.config.stream_k
         units = clusters_m * clusters_n * batches
+        overhang_m, overhang_n = self.edge_overhangs(mA.shape[0], mB.shape[0], units, num_clusters)
         steps = scheduler.steps_of_cluster(cluster_id, units, num_clusters, k_blocks, splits, stream)
         step = Int32(0)
         if cutlass.const_expr(self.config.dependent_launch):
@@ -395,24 +395,36 @@ class Sm90Gemm(GemmKernelBase):
 
     @property
     def moves_edge_tiles(self) -> bool:
-        """The last tile row and column move back to end at the edge instead of reading
-        past it (``scheduler.edge_tile_offset``). Not with a split-K or stream-K
-        workspace: there a moved tile and its neighbour may sum their shared rows in
-        different orders, and whichever stored last would decide their low bits."""
-        return not self.config.has_workspace
+        """The last tile row and column may move back to end at the edge instead of
+        reading past it (``scheduler.edge_tile_offset``). Not with stream-K: a moved
+        tile and its neighbour would sum their shared rows over different k-ranges,
+        in different orders, and whichever stored last would decide their low bits.
+        With split-K, only where that cannot happen (``edge_overhangs``)."""
+        return not self.config.stream_k
 
-    def edge_overhangs(self, m, n):
+    def edge_overhangs(self, m, n, units, num_clusters):
         """How far the last tile row and column move back (``scheduler.edge_tile_overhang``):
         along M in whole 16-byte groups where A or D is M-major, along N where B or D
-        is N-major."""
+        is N-major. With split-K, only when every unit is split alike, so that all
+        tiles sum the same k-ranges in the same order: all of them (fewer units than
+        clusters: one wave) or none (whole waves); a launch that splits only its last
+        wave keeps its tiles in place."""
         if not self.moves_edge_tiles:
             return 0, 0
         spec = self.spec
         elems = hardware.TMA_ALIGNMENT_BYTES // min(cfg.DTYPE_BYTES[spec.ab_dtype], cfg.DTYPE_BYTES[spec.out_dtype])
         granule_m = elems if "m" in (spec.a_major, spec.d_major) else 1
         granule_n = elems if "n" in (spec.b_major, spec.d_major) else 1
-        return (scheduler.edge_tile_overhang(scheduler.ceil_div(m, self.tile_mnk[0]), m, self.tile_mnk[0], granule_m),
-                scheduler.edge_tile_overhang(scheduler.ceil_div(n, self.tile_mnk[1]), n, self.tile_mnk[1], granule_n))
+        overhang_m = scheduler.edge_tile_overhang(scheduler.ceil_div(m, self.tile_mnk[0]), m, self.tile_mnk[0],
+                                                  granule_m)
+        overhang_n = scheduler.edge_tile_overhang(scheduler.ceil_div(n, self.tile_mnk[1]), n, self.tile_mnk[1],
+                                                  granule_n)
+        if cutlass.const_expr(self.config.split_k > 1):
+            every_unit_split = cutlass.min(cutlass.max(num_clusters - units, 0), 1)
+            none_split = 1 - cutlass.min(units % num_clusters, 1)
+            alike = cutlass.min(every_unit_split + none_split, 1)
+            overhang_m, overhang_n = overhang_m * alike, overhang_n * alike
+        return overhang_m, overhang_n
 
     # -- consumers (wgmma warpgroups) + epilogue -----------------------------------------
 
@@ -455,7 +467,6 @@ class Sm90Gemm(GemmKernelBase):
         gD = cute.local_tile(mD, (self.tile_mnk[0], self.tile_mnk[1]), (None, None, None))
         tiles_m = scheduler.ceil_div(mD.shape[0], self.tile_mnk[0])
         tiles_n = scheduler.ceil_div(mD.shape[1], self.tile_mnk[1])
-        overhang_m, overhang_n = self.edge_overhangs(mD.shape[0], mD.shape[1])
         tCgD = thr_mma.partition_C(gD)
         acc = cute.make_rmem_tensor(tCgD.shape[:3], self.acc_dtype)
         k_atoms = cute.size(tCrA, mode=[2])
@@ -498,6 +509,7 @@ class Sm90Gemm(GemmKernelBase):
         epi_count = Int32(0)  # epilogue sub-tiles stored so far, rotates sD buffers
         splits, stream = self.config.split_k, self.config.stream_k
         units = clusters_m * clusters_n * batches
+        overhang_m, overhang_n = self.edge_overhangs(mD.shape[0], mD.shape[1], units, num_clusters)
         steps = scheduler.steps_of_cluster(cluster_id, units, num_clusters, k_blocks, splits, stream)
         cta_rank = cta_m * cn + cta_n  # the workspace interleaves a cluster's CTAs
         while step < steps:
