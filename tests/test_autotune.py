@@ -180,3 +180,35 @@ def test_candidates_the_launch_policy_makes_one_kernel_are_timed_once(cache_dir,
     assert set(timed) == {candidates[0].short(), candidates[1].short()}
     entry = json.loads((cache_dir / "autotune.json").read_text())[key(8)]
     assert entry["same_kernel_as"] == {candidates[2].short(): candidates[0].short()}
+
+
+def test_a_cached_winner_serves_its_bucket_unless_its_tiles_fill_the_waves_badly_there(cache_dir, monkeypatch):
+    """As a packaged winner does (``heuristics.table_winner_or_model``): timed at
+    M = 2048, 128x256 tiles in 2x1 clusters make 128 clusters for 66 slots; at
+    M = 1536 they would make 96 (1.45 waves), where the model's pick ran 1.30x faster
+    on an H200 (benchmarks/NOTES.md section 26)."""
+    import torch
+
+    from wsgemm import api
+
+    winner = GemmConfig(tile_m=128, tile_n=256, cluster_m=2)
+    (cache_dir / "autotune.json").write_text(json.dumps(
+        {key(2048): {"config": autotune._jsonable(winner), "ms": {}, "rejected": {}, "m": 2048}}))
+
+    def tiles_at(m):
+        a = torch.empty(m, 4096, dtype=torch.bfloat16, device="meta")
+        w = torch.empty(4096, 4096, dtype=torch.bfloat16, device="meta")
+        _, spec, _ = api._kernel_for(a, w.t(), None, None, "autotune", (m, 4096), torch.bfloat16, False, 1,
+                                     "NVIDIA H200", "sm90", 132)
+        return spec.config.tile_m, spec.config.tile_n, spec.config.cluster_m
+
+    assert autotune.tuned_at_m(key(2048)) == 2048
+    assert tiles_at(2048) == (128, 256, 2)
+    assert tiles_at(1900) == (128, 256, 2)  # 15 tile rows: the same 128 clusters as at M = 2048
+    assert tiles_at(1536) != (128, 256, 2)
+
+
+def test_entries_without_a_recorded_m_count_as_timed_at_the_bucket_bound(cache_dir):
+    (cache_dir / "autotune.json").write_text(json.dumps(
+        {key(300): {"config": autotune._jsonable(GemmConfig()), "ms": {}, "rejected": {}}}))
+    assert autotune.tuned_at_m(key(300)) == 512

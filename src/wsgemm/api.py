@@ -463,7 +463,9 @@ def _autotuned(a, b, out, out_dtype, gpu, arch, majors, m, n, k, batches, sm_cou
         return as_launched(arch, config, kernel_m, kernel_n, k, batches, sm_count, TORCH_DTYPES[a.dtype],
                            TORCH_DTYPES[dtype])
 
-    return autotune.tuned_config(a, b, out, out_dtype, key=key, candidates=candidates, launch=launch)
+    winner = autotune.tuned_config(a, b, out, out_dtype, key=key, candidates=candidates, launch=launch, m=m)
+    # Timed at one M of the bucket, it serves the others as a packaged winner does.
+    return table_winner_or_model(winner, autotune.tuned_at_m(key), m, n, k, batches, sm_count, can_swap)
 
 
 def _as_batched(t: torch.Tensor, batches: int) -> torch.Tensor:

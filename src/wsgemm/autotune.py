@@ -12,7 +12,9 @@ stores the winner in a JSON file keyed by
     (GPU name, arch, dtypes, operand majors, M rounded up to a bucket bound, N, K, batches)
 
 so a later process (or a later call with a nearby M: decode batch sizes vary while a
-model's N and K do not) starts from the answer. The file lives next to the compiled
+model's N and K do not) starts from the answer. The entry records the M it was timed
+at; at another M of the bucket, where the winner's tiles fill the waves badly, the
+model's pick serves instead, as for the packaged table (:func:`tuned_at_m`). The file lives next to the compiled
 kernels: ``$WSGEMM_CACHE_DIR/autotune.json`` (see :func:`wsgemm.compile.disk_cache_dir`).
 """
 
@@ -141,12 +143,13 @@ def _time_graphs(calls: dict, a: torch.Tensor, b: torch.Tensor, flush: L2Flush) 
 
 
 def tuned_config(a, b, out, out_dtype, *, key: str, candidates: list[GemmConfig], progress: bool = True,
-                 launch=None) -> GemmConfig:
+                 launch=None, m: int | None = None) -> GemmConfig:
     """The fastest of ``candidates`` for this call (from the cache when ``key`` is known).
 
     ``launch(config)``: the configuration that will run for a candidate (the default
     path's ``heuristics.as_launched``: launch policy, epilogue buffers), so that what
-    is timed is what a later call runs; the candidate itself is what is stored."""
+    is timed is what a later call runs; the candidate itself is what is stored, with
+    ``m``, the kernel's M it was timed at (:func:`tuned_at_m`)."""
     launch = launch or (lambda config: config)
     from .api import gemm_eager
 
@@ -197,11 +200,24 @@ def tuned_config(a, b, out, out_dtype, *, key: str, candidates: list[GemmConfig]
     with _lock:
         entries = dict(_load())
         entries[key] = {"config": _jsonable(best), "ms": timings, "timing": timing, "rejected": rejected,
-                        "same_kernel_as": same_kernel}
+                        "same_kernel_as": same_kernel, **({"m": m} if m is not None else {})}
         global _memory
         _memory = entries
         _save(entries)
     return best
+
+
+def tuned_at_m(key: str) -> int:
+    """The kernel's M at which ``key``'s cached winner was timed. Like a packaged
+    winner, it serves every M of its bucket, and where its tiles fill the waves badly
+    at another M the model's pick serves instead (``heuristics.table_winner_or_model``,
+    called by ``wsgemm.api``). Entries written before the M was recorded count as
+    timed at the bucket's bound, as the packaged table's are."""
+    with _lock:
+        entry = _load().get(key) or {}
+    if "m" in entry:
+        return int(entry["m"])
+    return int(key.split("|m<=", 1)[1].split("|", 1)[0])
 
 
 def _jsonable(config: GemmConfig) -> dict:
