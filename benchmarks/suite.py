@@ -72,10 +72,6 @@ def datasheet_peak(gpu_name: str) -> tuple[str | None, float | None]:
     return None, None
 
 
-# Input copies a graph of back-to-back calls rotates through: the autotuner's rule.
-graph_input_copies = wsgemm.timing.graph_operand_copies
-
-
 def make_operands(problem: shapes.Problem, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
     lead = (problem.batch,) if problem.batch > 1 else ()
     a = torch.randn(*lead, problem.m, problem.k, device="cuda", dtype=dtype)
@@ -280,7 +276,8 @@ def run_problem(problem: shapes.Problem, impls: dict, args, flush, l2_bytes: int
     if args.graph == "never" or (args.graph == "auto" and fastest_us >= args.graph_below_us):
         return row
     operand_bytes = (a.numel() + b.numel()) * a.element_size()
-    copies = graph_input_copies(operand_bytes, l2_bytes, args.graph_calls)
+    # Input copies a graph of back-to-back calls rotates through: the autotuner's rule.
+    copies = wsgemm.timing.graph_operand_copies(operand_bytes, l2_bytes, args.graph_calls)
     operands = [(a, b)] + [make_operands(problem, dtype) for _ in range(copies - 1)]
     timed, errors = time_graphs(good, problem, operands, args, flush)
     row.update(method="cuda_graph", graph_input_copies=copies)

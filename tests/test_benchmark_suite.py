@@ -251,13 +251,6 @@ def test_datasheet_peak_by_gpu_name(suite):
     assert suite.datasheet_peak("NVIDIA A100-SXM4-80GB") == (None, None)
 
 
-def test_graph_input_copies_exceed_twice_l2(suite):
-    l2 = 60 << 20
-    assert suite.graph_input_copies(6 << 20, l2, calls=20) == 20
-    assert suite.graph_input_copies(32 << 20, l2, calls=20) == 4
-    assert suite.graph_input_copies(1 << 30, l2, calls=20) == 1
-
-
 def test_arguments(suite):
     args = suite.parse_args(["--suite", "llm", "--suite", "decode"])
     assert args.name == "suite_llm_decode" and args.reps == 30 and args.graph == "auto"

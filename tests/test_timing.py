@@ -10,6 +10,7 @@ def test_graph_operand_copies_push_each_copy_out_of_l2_before_its_reuse():
     assert timing.graph_operand_copies(200 << 20, l2, 20) == 1  # larger than L2 already
     assert timing.graph_operand_copies(10 << 20, l2, 20) == 10  # 2 x L2 between reuses
     assert timing.graph_operand_copies(1 << 20, l2, 20) == 20  # never more than the calls
+    assert timing.graph_operand_copies(32 << 20, 60 << 20, 20) == 4  # the suite's rule too (an H100's L2)
 
 
 def test_an_unknown_flush_mode_is_refused_before_touching_a_gpu():
