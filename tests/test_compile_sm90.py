@@ -12,8 +12,8 @@ from wsgemm import GemmConfig, Lookahead
 from wsgemm import config as cfg
 from wsgemm.compile import compile_spec
 from wsgemm.inspection import (announced_bytes_operands, count_instructions, cubin_resources, disassemble,
-                               producer_probe_precedes_copies, sass_instructions, sass_loop_around, sass_mnemonic,
-                               sass_opcode, uniform_moves_between)
+                               producer_loop_ptx, producer_probe_precedes_copies, sass_instructions, sass_loop_around,
+                               sass_mnemonic, sass_opcode, uniform_moves_between)
 
 MAJORS = [(a, b, d) for a, b, d in itertools.product("km", "kn", "nm")]
 
@@ -339,6 +339,29 @@ def test_no_division_by_the_ring_depth_in_the_k_loops(config):
     producer_loop = sass_loop_around(sass, "UTMALDG")
     assert len([ins for ins in producer_loop if sass_opcode(ins) == "UTMALDG"]) == 2  # A and B
     assert not [ins for ins in producer_loop if ".HI" in sass_mnemonic(ins)]
+
+
+@pytest.mark.parametrize("config", [
+    GemmConfig(tile_m=128, tile_n=128),
+    GemmConfig(tile_m=128, tile_n=192, cluster_m=2),
+    GemmConfig(tile_m=64, tile_n=256, cluster_n=2),
+    GemmConfig(tile_m=128, tile_n=128, split_k=2),
+    GemmConfig(tile_m=128, tile_n=128, cluster_m=2, pingpong=True),
+], ids=lambda c: c.short())
+def test_edge_tiles_are_moved_once_per_tile_not_per_k_block(config):
+    """The last tile row and column move back to end at the edge
+    (``scheduler.edge_tile_offset``, benchmarks/NOTES.md section 27): each TMA load's
+    box origin is worked out once per tile, so inside the producer's k-loop only the
+    k coordinate of a box changes (K-major operands: ``{k, row}``)."""
+    _, compiled = build(config=config)
+    loop = producer_loop_ptx(compiled.ptx).lines
+    written = {m.group(1) for line in loop
+               if (m := re.match(r"\s*(?:@!?%p\d+\s+)?[a-z][\w.:]*\s+(%r\d+)\b", line))}
+    loads = [line for line in loop if "cp.async.bulk.tensor" in line and "complete_tx" in line]
+    assert len(loads) == 2  # A and B
+    for load in loads:
+        k, row = re.search(r"\{([^}]*)\}", load).group(1).replace(" ", "").split(",")
+        assert k in written and row not in written, load
 
 
 def test_the_sass_helpers_read_nvdisasm_lines():
