@@ -95,7 +95,7 @@ def test_candidates_are_checked_then_timed_in_turns_and_the_fastest_is_kept(cach
     a = torch.ones(2, 2)
     candidates = [GemmConfig(tile_m=128, tile_n=256), GemmConfig(tile_m=64, tile_n=64),
                   GemmConfig(tile_m=128, tile_n=128)]
-    best = autotune.tuned_config(a, a, None, None, key=key(2), candidates=candidates, progress=False)
+    best = autotune.tuned_config(a, a, None, None, key=key(2), candidates=candidates, progress=False, m=2)
     assert best == GemmConfig(tile_m=128, tile_n=128)
     timed = calls[3:]  # after each candidate's one checking call
     # In turns, the rejected one never; each round opens with an untimed call of its
@@ -105,6 +105,7 @@ def test_candidates_are_checked_then_timed_in_turns_and_the_fastest_is_kept(cach
     assert set(entry["ms"]) == {c.short() for c in (candidates[0], candidates[2])}
     assert "differs from the first candidate" in entry["rejected"][candidates[1].short()]
     assert entry["timing"] == "events"  # 1-2 ms calls: single calls decide
+    assert entry["m"] == 2 and autotune.tuned_at_m(key(2)) == 2  # the M it was timed at
 
 
 def test_short_kernels_are_ranked_by_graph_replays_of_what_the_launch_policy_runs(cache_dir, monkeypatch):
