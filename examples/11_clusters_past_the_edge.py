@@ -23,7 +23,7 @@ from pathlib import Path
 from wsgemm import GemmConfig
 from wsgemm import config as cfg
 from wsgemm.compile import compile_spec
-from wsgemm.inspection import announced_bytes_operands, producer_loop_ptx
+from wsgemm.inspection import announced_bytes_operands, producer_loop_ptx, ptx_definition
 from wsgemm.kernels.common.scheduler import TileGrid
 from wsgemm.model import Fault, PipelineSpec, Structure, explore_exhaustively
 
@@ -43,12 +43,6 @@ def padding() -> None:
     print("   partner (multicast), and its A box lies wholly past M.\n")
 
 
-def definition(ptx_lines: list[str], register: str) -> str | None:
-    """The PTX line that writes ``register``."""
-    pattern = re.compile(rf"^\s*[a-z][\w.]*\s+{re.escape(register)},")
-    return next((line.strip() for line in ptx_lines if pattern.search(line)), None)
-
-
 def announced_bytes() -> None:
     print("2. What the compiler emitted (sm_90a PTX, the producer's k-loop):")
     for name, config in (("unclustered", ALONE), ("2x1 clusters", PAIRED)):
@@ -63,7 +57,8 @@ def announced_bytes() -> None:
             # Follow the register back to the per-tile choice of the byte count.
             lines, todo, shown = ptx.splitlines(), [operand], set()
             while todo and len(shown) < 4:
-                line = definition(lines, todo.pop(0))
+                at = ptx_definition(lines, todo.pop(0))
+                line = None if at is None else lines[at].strip()
                 if line and line not in shown:
                     shown.add(line)
                     print(f"      <- {line}")

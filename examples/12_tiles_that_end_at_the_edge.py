@@ -21,7 +21,6 @@ Run:   python examples/12_tiles_that_end_at_the_edge.py
 import gzip
 import json
 import math
-import re
 from pathlib import Path
 
 import torch
@@ -29,7 +28,7 @@ import torch
 from wsgemm import GemmConfig, api
 from wsgemm import config as cfg
 from wsgemm.compile import compile_spec
-from wsgemm.inspection import producer_loop_ptx
+from wsgemm.inspection import producer_loop_ptx, ptx_definition, tma_coordinates
 from wsgemm.kernels.common.scheduler import (
     ceil_div,
     edge_tile_offset,
@@ -59,24 +58,18 @@ def where_tiles_start() -> None:
           " an illegal instruction).\n")
 
 
-def definition(ptx_lines: list[str], register: str) -> int | None:
-    """Index of the PTX line that writes ``register``."""
-    pattern = re.compile(rf"^\s*[a-z][\w.]*\s+{re.escape(register)},")
-    return next((i for i, line in enumerate(ptx_lines) if pattern.search(line)), None)
-
-
 def compiler_output() -> None:
     spec = cfg.make_spec("sm90", "bf16", "bf16", "k", "k", "n", GemmConfig(tile_m=128, tile_n=128))
     ptx = compile_spec(spec, keep_artifacts=True).ptx
     lines = ptx.splitlines()
     loop = producer_loop_ptx(ptx).lines
     load = next(line.strip() for line in loop if "cp.async.bulk.tensor" in line)
-    k_coordinate, row = re.search(r"\{([^}]*)\}", load).group(1).replace(" ", "").split(",")
+    k_coordinate, row = tma_coordinates(load)
     print("2. What the compiler emitted (sm_90a PTX, 128x128 tiles, the producer's k-loop):")
     print(f"   {load[:104]}...")
     print(f"   The box's coordinates are {{k, row}} = {{{k_coordinate}, {row}}}; inside the loop only {k_coordinate}"
           " changes (+64 per k-block).")
-    at = definition(lines, row)
+    at = ptx_definition(lines, row)
     print(f"   {row} is written once per tile, before the loop:")
     print(f"      {lines[at].strip()}")
     print("   that is tile_row x 128 plus the edge offset times a 0-or-1 'is this the last tile' term, built")

@@ -12,8 +12,8 @@ from wsgemm import GemmConfig, Lookahead
 from wsgemm import config as cfg
 from wsgemm.compile import compile_spec
 from wsgemm.inspection import (announced_bytes_operands, count_instructions, cubin_resources, disassemble,
-                               producer_loop_ptx, producer_probe_precedes_copies, sass_instructions, sass_loop_around,
-                               sass_mnemonic, sass_opcode, uniform_moves_between)
+                               producer_loop_ptx, producer_probe_precedes_copies, ptx_destination, sass_instructions,
+                               sass_loop_around, sass_mnemonic, sass_opcode, tma_coordinates, uniform_moves_between)
 
 MAJORS = [(a, b, d) for a, b, d in itertools.product("km", "kn", "nm")]
 
@@ -355,12 +355,11 @@ def test_edge_tiles_are_moved_once_per_tile_not_per_k_block(config):
     k coordinate of a box changes (K-major operands: ``{k, row}``)."""
     _, compiled = build(config=config)
     loop = producer_loop_ptx(compiled.ptx).lines
-    written = {m.group(1) for line in loop
-               if (m := re.match(r"\s*(?:@!?%p\d+\s+)?[a-z][\w.:]*\s+(%r\d+)\b", line))}
+    written = {ptx_destination(line) for line in loop}
     loads = [line for line in loop if "cp.async.bulk.tensor" in line and "complete_tx" in line]
     assert len(loads) == 2  # A and B
     for load in loads:
-        k, row = re.search(r"\{([^}]*)\}", load).group(1).replace(" ", "").split(",")
+        k, row = tma_coordinates(load)
         assert k in written and row not in written, load
 
 

@@ -201,6 +201,28 @@ def sass_loop_around(sass: str, opcode: str) -> list[str]:
 # PTX structure
 # --------------------------------------------------------------------------------------
 
+# An instruction line, optionally predicated, and the register its first operand writes.
+_PTX_DESTINATION = re.compile(r"^\s*(?:@!?%p\d+\s+)?[a-z][\w.:]*\s+(%\w+),")
+
+
+def ptx_destination(line: str) -> str | None:
+    """The register a PTX instruction line writes (its first operand), or None (stores,
+    copies and branches, whose first operand is an address or a label)."""
+    match = _PTX_DESTINATION.match(line)
+    return match.group(1) if match else None
+
+
+def ptx_definition(lines: list[str], register: str) -> int | None:
+    """Index of the first of ``lines`` that writes ``register``."""
+    return next((i for i, line in enumerate(lines) if ptx_destination(line) == register), None)
+
+
+def tma_coordinates(line: str) -> list[str]:
+    """The coordinate operands of a ``cp.async.bulk.tensor`` line, innermost first
+    (``{%r352, %r17}``: the k column and the tile row of a K-major box)."""
+    return re.search(r"\{([^}]*)\}", line).group(1).replace(" ", "").split(",")
+
+
 def loop_blocks(ptx: str) -> list[str]:
     """Split a kernel's PTX at labels, keeping each label with the code that follows."""
     return re.split(r"\n(?=\$L__BB\d+_\d+:)", ptx)
