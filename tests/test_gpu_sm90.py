@@ -112,8 +112,8 @@ MAJOR_CASES = [("row", "row"), ("row", "col"), ("col", "row"), ("col", "col")]
 
 
 def layout(t, major):
-    """The same matrix stored row-major or column-major."""
-    return t.contiguous() if major == "row" else t.t().contiguous().t()
+    """The same matrix (or batch of matrices) stored row-major or column-major."""
+    return t.contiguous() if major == "row" else t.transpose(-1, -2).contiguous().transpose(-1, -2)
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
@@ -306,10 +306,6 @@ MOVED_EDGES = [
 ]
 
 
-def column_major(t):
-    return t.transpose(-1, -2).contiguous().transpose(-1, -2)
-
-
 @pytest.mark.parametrize("config, shape, a_col, d_col, d_dtype", MOVED_EDGES,
                          ids=[f"{c.short()}-{'x'.join(map(str, s))}{'-acol' * a}{'-dcol' * d}-{str(t)[6:]}"
                               for c, s, a, d, t in MOVED_EDGES])
@@ -320,13 +316,13 @@ def test_edge_tiles_move_inside_and_store_what_their_neighbours_do(config, shape
     step = math.lcm(config.tile_m, config.tile_n)
     a_whole, b_whole = rand(*lead, step * -(-m // step), k), rand(*lead, k, step * -(-n // step))
     if a_col:
-        a_whole = column_major(a_whole)
+        a_whole = layout(a_whole, "col")
     a, b = a_whole[..., :m, :], b_whole[..., :n]
     # Room past both edges, with 16-byte aligned strides so that D goes to the kernel as it is.
     backing = torch.full((*lead, 8 * -(-(m + 256) // 8), 8 * -(-(n + 256) // 8)), float("nan"), device="cuda",
                          dtype=d_dtype)
     if d_col:
-        backing = column_major(backing)
+        backing = layout(backing, "col")
     out = backing[..., :m, :n]
     wsgemm.gemm(a, b, out=out, config=config)
     check(out, a, b, dtype=d_dtype)
