@@ -471,11 +471,19 @@ def test_host_overhead_loops_take_turns(monkeypatch):
     overhead = load_torch_script(monkeypatch, "bench_overhead")
     order, syncs = [], []
     monkeypatch.setattr(overhead.torch.cuda, "synchronize", lambda: syncs.append(len(order)))
-    impls = {"x": lambda: order.append("x"), "y": lambda: order.append("y")}
+    entered = []
+
+    @overhead.contextlib.contextmanager
+    def inside_y():  # a per-loop context, as without_fast_path is
+        entered.append(len(order))
+        yield
+
+    impls = {"x": lambda: order.append("x"), "y": (lambda: order.append("y"), inside_y)}
     result = overhead.per_call_us(impls, calls=3, repeats=2)
     timed = order[100:]  # 50 warm-up calls each
     assert timed == ["x"] * 3 + ["y"] * 3 + ["x"] * 3 + ["y"] * 3
     assert syncs == [100, 103, 106, 109, 112]
+    assert entered == [50, 103, 109]  # the warm-up and each timed loop of y, not each call
     assert set(result) == {"x", "y"} and all(r["min_us"] <= r["median_us"] <= r["max_us"] for r in result.values())
 
 

@@ -39,7 +39,11 @@ def leaf(*shape, dtype=torch.bfloat16):
 def test_gradients_match_torch_matmul(make):
     a, b = make()
     grad = torch.randn(torch.matmul(a, b).shape, device="cuda").to(torch.bfloat16)
-    wsgemm.gemm(a, b).backward(grad)
+    d = wsgemm.gemm(a, b)
+    # The C++ node of the fast path where it could be built (else a warning said why).
+    fast = wsgemm.api._fast_path_module() is not None
+    assert d.grad_fn.name() == ("WsgemmGemmBackward" if fast else "EagerGemmBackward")
+    d.backward(grad)
     ga, gb = a.grad.clone(), b.grad.clone()
     a32, b32 = a.detach().float().requires_grad_(), b.detach().float().requires_grad_()
     torch.matmul(a32, b32).backward(grad.float())
@@ -94,3 +98,20 @@ def test_graph_capture_of_a_linear_layer_replays_new_inputs():
             torch.cuda.synchronize()
             ref = torch.nn.functional.linear(x.float(), layer.weight.float(), layer.bias.float())
             assert rel(y, ref) < 1e-2
+
+
+def test_cached_calls_of_other_layouts_and_alignments_get_their_own_plans():
+    """The fast path's plan lookup keys strides and base alignment: calls of one shape
+    whose B is row- or column-major, or whose A starts 2 bytes past a 16-byte
+    boundary (a copied operand), interleave, each with the right result."""
+    k, n = 192, 320
+    wide = torch.randn(256, k + 8, device="cuda").to(torch.bfloat16)
+    a_aligned, a_misaligned = wide[:, :k], wide[:, 1:k + 1]
+    b_rows = torch.randn(k, n, device="cuda").to(torch.bfloat16)
+    b_cols = torch.randn(n, k, device="cuda").to(torch.bfloat16).t()
+    calls = [(a_aligned, b_rows), (a_aligned, b_cols), (a_misaligned, b_rows), (a_misaligned, b_cols)]
+    for _ in range(3):
+        for a, b in calls:
+            ref = a.float() @ b.float()
+            assert rel(wsgemm.gemm(a, b), ref) < 1e-2
+            b.copy_(torch.randn_like(b))  # new contents under the same signature

@@ -148,12 +148,15 @@ def test_the_operator_keeps_its_own_autograd(monkeypatch):
     torch.testing.assert_close(b.grad, b_ref.grad)
 
 
-def test_eager_autograd_records_the_function_node_and_leaves_functorch_to_the_full_apply(monkeypatch):
-    """The eager path calls the C++ apply directly (``ops.gemm_with_autograd``); the
-    node it records is EagerGemm's, and under a functorch transform the call takes
+def test_without_the_fast_path_autograd_records_the_function_node_and_leaves_functorch_to_the_full_apply(
+        monkeypatch):
+    """Without the C++ fast path (no compiler), the eager path calls
+    ``autograd.Function``'s C++ apply directly (``ops.gemm_with_autograd``); the node
+    it records is EagerGemm's, and under a functorch transform the call takes
     ``Function.apply`` with its checks (EagerGemm has no ``setup_context``, which
     functorch requires: the same error as before the shortcut)."""
     _fake_kernel(monkeypatch)
+    monkeypatch.setattr(wsgemm.ops, "_record_product", None)
     a = torch.randn(8, 6, dtype=torch.float64).requires_grad_()
     w = torch.randn(6, 5, dtype=torch.float64)
     assert type(wsgemm.gemm(a, w).grad_fn).__name__ == "EagerGemmBackward"

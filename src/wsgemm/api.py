@@ -502,12 +502,16 @@ def gemm(a: torch.Tensor, b: torch.Tensor, *, out: torch.Tensor | None = None,
     ``torch.ops.wsgemm.gemm`` operator. ``out`` and ``config`` are for calls without
     autograd only.
     """
-    # Cheapest test first: this runs on every call (see benchmarks/bench_overhead.py).
+    compiling = torch.compiler.is_compiling()
+    if out is None and out_dtype is None and config is None and not compiling:
+        # A cached call without autograd: its plan, found in C++ (wsgemm.fast_path).
+        run = _find_plan(a, b)
+        if run is not None:
+            return run(a, b, None)
     try:
         needs_autograd = (a.requires_grad or b.requires_grad) and torch.is_grad_enabled()
     except AttributeError:  # not tensors: gemm_eager's validation says what is wrong
         needs_autograd = False
-    compiling = torch.compiler.is_compiling()
     if needs_autograd or compiling:
         return _with_autograd_or_tracing(a, b, out, out_dtype, config, compiling)
     return gemm_eager(a, b, out, out_dtype, config)
@@ -548,9 +552,46 @@ def gemm_eager(a, b, out=None, out_dtype=None, config=None) -> torch.Tensor:
         if key is not None:
             with _plans_lock:
                 if len(_plans) >= MAX_PLANS:
-                    _plans.clear()
+                    forget_plans()
                 _plans[key] = plan
+                if out is None and out_dtype is None and config is None:
+                    _remember_plan(a, b, plan.run)
     return plan.run(a, b, out)
+
+
+def forget_plans() -> None:
+    """Drop every plan (Python's and the fast path's); kernels stay compiled."""
+    _plans.clear()
+    if _fast_path_module() is not None:
+        _fast_path_module().forget()
+
+
+@functools.lru_cache(maxsize=1)
+def _fast_path_module():
+    from . import fast_path
+
+    return fast_path.load()
+
+
+def _find_plan_first(a, b):
+    """The first call loads (or builds) the fast path; later calls go straight to it."""
+    global _find_plan
+    module = _fast_path_module()
+    _find_plan = module.find if module is not None else _no_plan_found
+    return _find_plan(a, b)
+
+
+def _no_plan_found(a, b):
+    return None
+
+
+def _remember_plan(a, b, run) -> None:
+    module = _fast_path_module()
+    if module is not None:
+        module.remember(a, b, run)
+
+
+_find_plan = _find_plan_first
 
 
 @functools.lru_cache(maxsize=1)

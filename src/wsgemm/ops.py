@@ -102,9 +102,39 @@ _record_eager_gemm = torch._C._FunctionBase.__dict__["apply"].__get__(None, Eage
 _unwrap_if_dead = getattr(torch._C._functorch, "unwrap_if_dead", None)  # private: checked once
 
 
+def _eager_forward(a, b, out_dtype):
+    """The fast path's forward (run with autograd off): what EagerGemm.forward computes."""
+    if out_dtype is None:
+        run = api._find_plan(a, b)  # autograd is off here, so a cached plan is found
+        if run is not None:
+            return run(a, b, None)
+    return api.gemm_eager(a, b, None, out_dtype, None)
+
+
+def _eager_backward(grad, a, b, needs_a, needs_b):
+    """The fast path's backward: what EagerGemm.backward computes."""
+    return _gradients(a, b, grad, needs_a, needs_b, _eager_product)
+
+
+def _fast_path_recorder():
+    module = api._fast_path_module()
+    if module is None:
+        return None
+    module.set_backward(_eager_backward)
+    return module.record_product
+
+
+_record_product = _fast_path_recorder()
+
+
 def gemm_with_autograd(a, b, out_dtype):
     """``a @ b`` recorded for autograd, outside ``torch.compile`` (``a`` and ``b`` are
-    tensors: ``wsgemm.gemm`` read their ``requires_grad``)."""
+    tensors: ``wsgemm.gemm`` read their ``requires_grad``). The C++ node of the fast
+    path where it is built (it returns None for functorch wrappers), else EagerGemm."""
+    if _record_product is not None and not torch._C._are_functorch_transforms_active():
+        out = _record_product(_eager_forward, a, b, out_dtype)
+        if out is not None:
+            return out
     if _unwrap_if_dead is None or torch._C._are_functorch_transforms_active():
         return EagerGemm.apply(a, b, out_dtype)
     return _record_eager_gemm(_unwrap_if_dead(a), _unwrap_if_dead(b), out_dtype)

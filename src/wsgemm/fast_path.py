@@ -1,0 +1,92 @@
+"""The C++ host fast path (``csrc/fast_path.cpp``), built on first use.
+
+Two steps of a cached ``wsgemm.gemm`` call cost microseconds of Python and a
+fraction of one in C++ (numbers in ``benchmarks/NOTES.md`` section 28):
+
+* ``find(a, b)``: the plan of a call without ``out=``, ``out_dtype=``, ``config=``
+  or autograd, keyed by both operands' shapes, strides, dtypes, devices and base
+  alignment, as :func:`wsgemm.api._signature` keys the Python cache;
+* ``record_product(forward, a, b, out_dtype)``: the product recorded for autograd as
+  one C++ node, instead of a ``torch.autograd.Function``.
+
+The extension is compiled with ``torch.utils.cpp_extension`` (a C++ compiler and
+ninja; ~15-30 s, once per PyTorch and Python version) into
+``$WSGEMM_CACHE_DIR/fast_path/``. Without a compiler wsgemm warns once and runs the
+same steps in Python; ``WSGEMM_FAST_PATH=0`` skips the extension altogether.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import sys
+import threading
+import time
+import warnings
+from pathlib import Path
+
+_SOURCE = Path(__file__).parent / "csrc" / "fast_path.cpp"
+_lock = threading.Lock()
+_state: dict = {}  # "module": the loaded extension or None once decided
+
+
+def enabled_by_environment() -> bool:
+    return os.environ.get("WSGEMM_FAST_PATH", "1").strip().lower() not in ("0", "false", "no", "off")
+
+
+def build_directory() -> Path:
+    """One directory per PyTorch build, Python version and source: the extension
+    links PyTorch's C++ ABI, so a build for another version must never be loaded."""
+    import torch
+
+    from .compile import disk_cache_dir
+
+    tag = f"{torch.__version__}|{sys.implementation.cache_tag}|".encode() + _SOURCE.read_bytes()
+    return disk_cache_dir() / "fast_path" / hashlib.sha256(tag).hexdigest()[:16]
+
+
+def _build():
+    from torch.utils import cpp_extension
+
+    directory = build_directory()
+    directory.mkdir(parents=True, exist_ok=True)
+    built = any(directory.glob("wsgemm_fast_path*.so"))
+    if not built:
+        print("wsgemm: building the C++ host fast path (once per PyTorch version, ~15-30 s; "
+              "WSGEMM_FAST_PATH=0 skips it)...", file=sys.stderr, flush=True)
+    start = time.perf_counter()
+    module = cpp_extension.load(name="wsgemm_fast_path", sources=[str(_SOURCE)], build_directory=str(directory),
+                                extra_cflags=["-O2"], verbose=False)
+    if not built:
+        print(f"wsgemm: built the fast path in {time.perf_counter() - start:.0f} s", file=sys.stderr, flush=True)
+    return module
+
+
+def load():
+    """The extension module, or None (disabled, or it could not be built: then a
+    ``RuntimeWarning`` says why, once per process)."""
+    if "module" in _state:
+        return _state["module"]
+    with _lock:
+        if "module" not in _state:
+            module = None
+            if enabled_by_environment():
+                try:
+                    module = _build()
+                except Exception as error:  # noqa: BLE001  (no compiler, no ninja, headers: all mean "use Python")
+                    warnings.warn(
+                        f"wsgemm: could not build the C++ host fast path ({_first_error_line(error)}); cached calls "
+                        "run the same steps in Python, a few microseconds slower each. Install a C++ compiler "
+                        "and ninja, or set WSGEMM_FAST_PATH=0 to skip the attempt.",
+                        RuntimeWarning,
+                        stacklevel=3,
+                    )
+            _state["module"] = module
+    return _state["module"]
+
+
+def _first_error_line(error: Exception) -> str:
+    """The compiler's first error where there is one, not ninja's closing line."""
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    reason = next((line for line in lines if "error:" in line and not line.startswith("Error building")), None)
+    return f"{type(error).__name__}: {reason or (lines[-1] if lines else repr(error))}"

@@ -1,0 +1,184 @@
+"""The C++ host fast path (``wsgemm.fast_path``): its plan lookup must key exactly
+what the Python cache keys, and its autograd node must behave as
+``torch.autograd.Function`` did (gradients, double backward, autograd's own errors).
+CPU only: products are computed by ``torch.matmul`` standing in for the kernel."""
+
+import types
+
+import pytest
+import torch
+
+import wsgemm
+from wsgemm import api, fast_path, ops
+
+
+@pytest.fixture(scope="module")
+def module():
+    built = fast_path.load()
+    assert built is not None, "the fast path did not build (see the RuntimeWarning)"
+    return built
+
+
+@pytest.fixture
+def fresh_plans(module):
+    api.forget_plans()
+    yield
+    api.forget_plans()
+
+
+def operand(*shape, dtype=torch.bfloat16):
+    return torch.randn(*shape).to(dtype)
+
+
+def test_lookup_keys_shape_stride_dtype_alignment_and_grad_like_the_python_signature(module, fresh_plans):
+    a, b = operand(64, 32), operand(48, 32).t()
+    run = object()
+    assert module.remember(a, b, run)
+    assert module.find(a, b) is run
+    assert module.find(a.clone(), b.t().clone().t()) is run  # other tensors, same signature
+    wide = operand(64, 40)
+    others = {
+        "other shape": (operand(64, 32)[:63], b),
+        "other strides": (a.t().contiguous().t(), b),
+        "other dtype": (a.half(), b),
+        "other alignment": (wide[:, 1:33], b),  # base address 2 bytes past a 16-byte boundary
+        "b's strides": (a, b.contiguous()),
+        "batched": (a.unsqueeze(0), b),
+    }
+    for why, (x, y) in others.items():
+        assert api._signature(x, y, None, None, None) != api._signature(a, b, None, None, None), why
+        assert module.find(x, y) is None, why
+
+
+def test_calls_that_need_the_python_path_are_never_cached(module, fresh_plans):
+    a, b = operand(64, 32), operand(32, 48)
+    assert module.remember(a, b, "run")
+    needs_grad = a.detach().requires_grad_()
+    assert module.find(needs_grad, b) is None  # autograd records: ops.gemm_with_autograd
+    with torch.no_grad():
+        assert module.find(needs_grad, b) == "run"  # nothing to record
+    parameter = torch.nn.Parameter(b.clone(), requires_grad=False)
+    assert module.find(a, parameter) == "run"  # a Parameter is a plain tensor
+
+    class Subclass(torch.Tensor):
+        pass
+
+    assert module.find(a.as_subclass(Subclass), b) is None  # may override __torch_function__
+    assert not module.remember(operand(32), b, "run")  # 1-D: validation's business
+    assert not module.remember(a, "not a tensor", "run")
+    module.forget()
+    assert module.find(a, b) is None and module.plans_remembered() == 0
+
+
+def test_a_cached_call_skips_the_python_signature_and_runs_the_same_plan(module, fresh_plans, monkeypatch):
+    plans_made = []
+
+    def make_plan(a, b, out, out_dtype, config):  # a CPU stand-in: the product, via torch
+        plans_made.append((tuple(a.shape), tuple(b.shape)))
+        return types.SimpleNamespace(run=lambda a, b, out: torch.matmul(a, b))
+
+    monkeypatch.setattr(api, "make_plan", make_plan)
+    a, b = operand(64, 32, dtype=torch.float32), operand(48, 32, dtype=torch.float32).t()
+    torch.testing.assert_close(wsgemm.gemm(a, b), a @ b)
+    monkeypatch.setattr(api, "_signature", lambda *args: pytest.fail("a cached call built the Python key"))
+    a2 = operand(64, 32, dtype=torch.float32)
+    torch.testing.assert_close(wsgemm.gemm(a2, b), a2 @ b)
+    assert plans_made == [((64, 32), (32, 48))]
+    assert module.plans_remembered() == 1
+
+
+@pytest.fixture
+def cpu_products(monkeypatch, fresh_plans):
+    """Plans whose run is torch.matmul, so that wsgemm.gemm runs on the CPU."""
+    products = []
+
+    def make_plan(a, b, out, out_dtype, config):
+        def run(x, y, out):
+            products.append((tuple(x.shape), tuple(y.shape)))
+            return torch.matmul(x, y).to(out_dtype or x.dtype)
+
+        return types.SimpleNamespace(run=run)
+
+    monkeypatch.setattr(api, "make_plan", make_plan)
+    return products
+
+
+def test_the_cpp_node_gives_gradients_and_second_order_gradients(module, cpu_products):
+    a = torch.randn(7, 5, dtype=torch.float64, requires_grad=True)
+    b = torch.randn(6, 5, dtype=torch.float64).t().detach().requires_grad_()
+    d = wsgemm.gemm(a, b)
+    assert d.grad_fn.name() == "WsgemmGemmBackward"
+    assert torch.autograd.gradcheck(wsgemm.gemm, (a, b))
+    assert torch.autograd.gradgradcheck(wsgemm.gemm, (a, b))
+
+
+def test_the_cpp_node_computes_only_the_gradients_asked_for(module, cpu_products):
+    a = torch.randn(7, 5, dtype=torch.float64, requires_grad=True)
+    w = torch.randn(5, 6, dtype=torch.float64)  # a constant
+    wsgemm.gemm(a, w).sum().backward()
+    assert len(cpu_products) == 2  # the product and dA: no dB
+    torch.testing.assert_close(a.grad, torch.ones(7, 6, dtype=torch.float64) @ w.t())
+    b = w.clone().requires_grad_()
+    cpu_products.clear()
+    (grad_b,) = torch.autograd.grad(wsgemm.gemm(a, b).sum(), b)  # a requires grad, but only dB is asked for
+    assert len(cpu_products) == 2
+    torch.testing.assert_close(grad_b, a.detach().t() @ torch.ones(7, 6, dtype=torch.float64))
+
+
+def test_the_cpp_node_raises_autograds_errors(module, cpu_products):
+    a = torch.randn(7, 5, dtype=torch.float64, requires_grad=True)
+    b = torch.randn(5, 6, dtype=torch.float64)
+    d = wsgemm.gemm(a, b)
+    d.sum().backward()
+    with pytest.raises(RuntimeError, match="backward through the graph a second time"):
+        d.sum().backward()
+    d = wsgemm.gemm(a, b)
+    b.add_(1.0)  # the saved operand changes before backward
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        d.sum().backward()
+
+
+def test_an_error_in_backward_keeps_its_type(module, cpu_products, monkeypatch):
+    def failing(grad, a, b, needs_a, needs_b):
+        raise ValueError("no gradient today")
+
+    module.set_backward(failing)
+    try:
+        d = wsgemm.gemm(torch.randn(4, 3, dtype=torch.float64, requires_grad=True),
+                        torch.randn(3, 2, dtype=torch.float64))
+        with pytest.raises(ValueError, match="no gradient today"):
+            d.sum().backward()
+    finally:
+        module.set_backward(ops._eager_backward)
+
+
+def test_functorch_and_subclasses_keep_the_python_function(module, cpu_products):
+    a = torch.randn(8, 6, dtype=torch.float64)
+    w = torch.randn(6, 5, dtype=torch.float64)
+    # EagerGemm has no setup_context, which functorch requires: its error, as before.
+    with pytest.raises(RuntimeError, match="setup_context"):
+        torch.func.grad(lambda x: wsgemm.gemm(x, w).sum())(a)
+
+    class Subclass(torch.Tensor):
+        pass
+
+    sub = a.clone().as_subclass(Subclass).requires_grad_()
+    assert type(wsgemm.gemm(sub, w).grad_fn).__name__ == "EagerGemmBackward"
+
+
+def test_disabled_by_the_environment(monkeypatch):
+    monkeypatch.setenv("WSGEMM_FAST_PATH", "0")
+    assert not fast_path.enabled_by_environment()
+    monkeypatch.setenv("WSGEMM_FAST_PATH", "1")
+    assert fast_path.enabled_by_environment()
+
+
+def test_a_failed_build_warns_with_the_compilers_error(monkeypatch):
+    def failing_build():
+        raise RuntimeError("Error building extension:\nfast_path.cpp:3:1: error: 'x' was not declared\n"
+                           "ninja: build stopped: subcommand failed.")
+
+    monkeypatch.setattr(fast_path, "_build", failing_build)
+    monkeypatch.setattr(fast_path, "_state", {})
+    with pytest.warns(RuntimeWarning, match="fast_path.cpp:3:1: error: 'x' was not declared"):
+        assert fast_path.load() is None
