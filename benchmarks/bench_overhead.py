@@ -12,6 +12,7 @@ the pieces of a cached call on their own.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import statistics
 import sys
@@ -27,22 +28,39 @@ import wsgemm  # noqa: E402
 import wsgemm.ops  # noqa: E402
 
 
+@contextlib.contextmanager
+def without_fast_path():
+    """wsgemm's calls as they run without the C++ fast path (as with
+    WSGEMM_FAST_PATH=0, or without a compiler), switched per loop, not per call."""
+    find, record = wsgemm.api._find_plan, wsgemm.ops._record_product
+    wsgemm.api._find_plan, wsgemm.ops._record_product = wsgemm.api._no_plan_found, None
+    try:
+        yield
+    finally:
+        wsgemm.api._find_plan, wsgemm.ops._record_product = find, record
+
+
 def per_call_us(impls: dict, calls: int, repeats: int) -> dict:
-    """{name: median/min/max host microseconds per call}. The implementations take
-    turns loop by loop, so a disturbance of the host (these are shared machines: one
-    run's medians moved 2x for every call timed during a few seconds) hits them alike
-    instead of whichever happened to be timed then."""
-    for fn in impls.values():
-        for _ in range(50):
-            fn()
+    """{name: median/min/max host microseconds per call}. An implementation is a
+    function, or (function, context manager factory) to time it inside that context.
+    The implementations take turns loop by loop, so a disturbance of the host (these
+    are shared machines: one run's medians moved 2x for every call timed during a few
+    seconds) hits them alike instead of whichever happened to be timed then."""
+    impls = {name: impl if isinstance(impl, tuple) else (impl, contextlib.nullcontext)
+             for name, impl in impls.items()}
+    for fn, context in impls.values():
+        with context():
+            for _ in range(50):
+                fn()
     torch.cuda.synchronize()
     samples = {name: [] for name in impls}
     for _ in range(repeats):
-        for name, fn in impls.items():
-            start = time.perf_counter()
-            for _ in range(calls):
-                fn()
-            samples[name].append((time.perf_counter() - start) / calls * 1e6)
+        for name, (fn, context) in impls.items():
+            with context():
+                start = time.perf_counter()
+                for _ in range(calls):
+                    fn()
+                samples[name].append((time.perf_counter() - start) / calls * 1e6)
             torch.cuda.synchronize()
     return {name: {"median_us": statistics.median(v), "min_us": min(v), "max_us": max(v)}
             for name, v in samples.items()}
@@ -71,9 +89,14 @@ def main(argv=None) -> int:
             # Training: the forward of a layer whose input requires grad (records the graph).
             "torch.matmul(a, w.t()), a requires grad": lambda: torch.matmul(a_grad, w.t()),
             "wsgemm.gemm(a, w.t()), a requires grad": lambda: wsgemm.gemm(a_grad, w.t()),
+            # The same two calls without the C++ fast path (wsgemm.fast_path).
+            "wsgemm.gemm(a, w.t()), without the fast path": (lambda: wsgemm.gemm(a, w.t()), without_fast_path),
+            "wsgemm.gemm(a, w.t()), a requires grad, without the fast path":
+                (lambda: wsgemm.gemm(a_grad, w.t()), without_fast_path),
         }
         # Where a cached wsgemm call spends its time, piece by piece.
         wt = w.t()
+        fast_path = wsgemm.api._fast_path_module()  # None if it could not be built (a warning said why)
         # The heuristic's plan for this call (no operand swap at these sizes).
         plan = wsgemm.api.make_plan(a, wt, out, None, None)
         assert plan.mode == "direct", plan.mode
@@ -82,6 +105,7 @@ def main(argv=None) -> int:
             "parts: torch.empty(result) alone": lambda: torch.empty(m, n, device="cuda", dtype=torch.bfloat16),
             "parts: a.new_empty(result) alone": lambda: a.new_empty(m, n),
             "parts: plan signature + lookup": lambda: wsgemm.api._plans.get(wsgemm.api._signature(a, wt, out, None, None)),
+            **({"parts: plan lookup in C++ (fast path)": lambda: fast_path.find(a, wt)} if fast_path else {}),
             "parts: TVM-FFI kernel call alone": lambda: plan.kernel(a, wt, out, plan.clusters),
             "parts: gemm_eager(out=), no dispatch checks": lambda: wsgemm.api.gemm_eager(a, wt, out),
         })
