@@ -606,8 +606,11 @@ def precompile(shapes, dtype: torch.dtype = torch.bfloat16, *, weight_layout: bo
     ``shapes``: (M, N, K) or (L, M, N, K) tuples; ``weight_layout``: B is an
     ``nn.Linear``-style weight passed as ``w.t()`` (else a row-major (K, N) tensor).
     Kernels land in the in-process and disk caches, so a later process loads them
-    instead of compiling. Returns ``{shape: seconds}`` (compile or load time).
+    instead of compiling. The C++ host fast path (``wsgemm.fast_path``) is built or
+    loaded here too, so the first call does not pay for it. Returns
+    ``{shape: seconds}`` (compile or load time).
     """
+    _fast_path_module()
     device = torch.device(device or "cuda")
     index = device.index if device.index is not None else torch.cuda.current_device()
     arch, sm_count, gpu = _device_facts(index)
