@@ -310,8 +310,9 @@ class Sm90Gemm(GemmKernelBase):
         a_mask = cute.make_layout_image_mask(cluster_layout, my_coord, mode=1) if cn > 1 else 0
         b_mask = cute.make_layout_image_mask(cluster_layout, my_coord, mode=0) if cm > 1 else 0
 
-        tAsA, tAgA = self.operand_boxes(tma_a, mA, sA, self.tile_mnk[0], cta_n, cn, 0)
-        tBsB, tBgB = self.operand_boxes(tma_b, mB, sB, self.tile_mnk[1], cta_m, cm, 0)
+        # The smem side of each box; the gmem side is built per tile, at its origin.
+        tAsA, _ = self.operand_boxes(tma_a, mA, sA, self.tile_mnk[0], cta_n, cn, 0)
+        tBsB, _ = self.operand_boxes(tma_b, mB, sB, self.tile_mnk[1], cta_m, cm, 0)
 
         # A cluster pads the tile grid to whole clusters: with an odd number of tile
         # rows in 2x1 clusters, a CTA of each last-row cluster has an A box that is all
@@ -343,12 +344,12 @@ class Sm90Gemm(GemmKernelBase):
             unit, kb_first, kb_count, _, _, _, _ = scheduler.piece_of_step(
                 step, cluster_id, units, num_clusters, k_blocks, splits, stream)
             tile_m, tile_n, batch = self.tile_of(unit, sched)
-            a_boxes, b_boxes = tAgA, tBgB
-            if cutlass.const_expr(self.moves_edge_tiles):
-                _, a_boxes = self.operand_boxes(tma_a, mA, sA, self.tile_mnk[0], cta_n, cn,
-                                                scheduler.edge_tile_offset(tile_m, tiles_m, overhang_m))
-                _, b_boxes = self.operand_boxes(tma_b, mB, sB, self.tile_mnk[1], cta_m, cm,
-                                                scheduler.edge_tile_offset(tile_n, tiles_n, overhang_n))
+            # Offsets are 0 except for a moved last tile row or column (0 everywhere
+            # where tiles never move, which the compiler folds away).
+            _, a_boxes = self.operand_boxes(tma_a, mA, sA, self.tile_mnk[0], cta_n, cn,
+                                            scheduler.edge_tile_offset(tile_m, tiles_m, overhang_m))
+            _, b_boxes = self.operand_boxes(tma_b, mB, sB, self.tile_mnk[1], cta_m, cm,
+                                            scheduler.edge_tile_offset(tile_n, tiles_n, overhang_n))
             loads_a = Boolean(True)
             loads_b = Boolean(True)
             tx_bytes = None
@@ -579,13 +580,11 @@ class Sm90Gemm(GemmKernelBase):
                                             consumer_tidx, self.consumer_threads, epi_barrier)
             if finishes_tile:
                 # ---- epilogue: registers -> smem -> TMA store, one sub-tile at a time ----
-                gD_tile = gD[(None, None, tile_m, tile_n, batch)]
-                if cutlass.const_expr(self.moves_edge_tiles):
-                    # Store where the producer loaded: the edge tiles moved back.
-                    moved = cute.domain_offset((scheduler.edge_tile_offset(tile_m, tiles_m, overhang_m),
-                                                scheduler.edge_tile_offset(tile_n, tiles_n, overhang_n), 0), mD)
-                    gD_tile = cute.local_tile(moved, (self.tile_mnk[0], self.tile_mnk[1]),
-                                              (None, None, None))[(None, None, tile_m, tile_n, batch)]
+                # Store where the producer loaded (a moved edge tile at its moved origin).
+                tile_origin = cute.domain_offset((scheduler.edge_tile_offset(tile_m, tiles_m, overhang_m),
+                                                  scheduler.edge_tile_offset(tile_n, tiles_n, overhang_n), 0), mD)
+                gD_tile = cute.local_tile(tile_origin, (self.tile_mnk[0], self.tile_mnk[1]),
+                                          (None, None, None))[(None, None, tile_m, tile_n, batch)]
                 gD_epi = cute.zipped_divide(gD_tile, self.epi_tile)
                 tDsD, tDgD = cute.nvgpu.cpasync.tma_partition(
                     tma_d, 0, cute.make_layout(1), cute.group_modes(sD, 0, 2), gD_epi
