@@ -32,12 +32,12 @@ import wsgemm.ops  # noqa: E402
 def without_fast_path():
     """wsgemm's calls as they run without the C++ fast path (as with
     WSGEMM_FAST_PATH=0, or without a compiler), switched per loop, not per call."""
-    find, record = wsgemm.api._find_plan, wsgemm.ops._record_product
-    wsgemm.api._find_plan, wsgemm.ops._record_product = wsgemm.api._no_plan_found, None
+    call, record = wsgemm.api._call_cached, wsgemm.ops._record_product
+    wsgemm.api._call_cached, wsgemm.ops._record_product = wsgemm.api._no_cached_call, None
     try:
         yield
     finally:
-        wsgemm.api._find_plan, wsgemm.ops._record_product = find, record
+        wsgemm.api._call_cached, wsgemm.ops._record_product = call, record
 
 
 def per_call_us(impls: dict, calls: int, repeats: int) -> dict:

@@ -53,10 +53,7 @@ def test_lookup_keys_shape_stride_dtype_alignment_and_grad_like_the_python_signa
 def test_calls_that_need_the_python_path_are_never_cached(module, fresh_plans):
     a, b = operand(64, 32), operand(32, 48)
     assert module.remember(a, b, "run")
-    needs_grad = a.detach().requires_grad_()
-    assert module.find(needs_grad, b) is None  # autograd records: ops.gemm_with_autograd
-    with torch.no_grad():
-        assert module.find(needs_grad, b) == "run"  # nothing to record
+    assert module.find(a.detach().requires_grad_(), b) == "run"  # call() records it for autograd
     parameter = torch.nn.Parameter(b.clone(), requires_grad=False)
     assert module.find(a, parameter) == "run"  # a Parameter is a plain tensor
 
@@ -81,10 +78,16 @@ def test_a_cached_call_skips_the_python_signature_and_runs_the_same_plan(module,
     a, b = operand(64, 32, dtype=torch.float32), operand(48, 32, dtype=torch.float32).t()
     torch.testing.assert_close(wsgemm.gemm(a, b), a @ b)
     monkeypatch.setattr(api, "_signature", lambda *args: pytest.fail("a cached call built the Python key"))
+    monkeypatch.setattr(wsgemm.ops, "gemm_with_autograd", lambda *args: pytest.fail("a cached call left C++"))
     a2 = operand(64, 32, dtype=torch.float32)
     torch.testing.assert_close(wsgemm.gemm(a2, b), a2 @ b)
+    a3 = a2.clone().requires_grad_()  # recorded for autograd by the same C++ call
+    d = wsgemm.gemm(a3, b)
+    assert d.grad_fn.name() == "WsgemmGemmBackward"
     assert plans_made == [((64, 32), (32, 48))]
     assert module.plans_remembered() == 1
+    with torch.no_grad():
+        assert wsgemm.gemm(a3, b).grad_fn is None
 
 
 @pytest.fixture

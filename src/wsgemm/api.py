@@ -504,10 +504,11 @@ def gemm(a: torch.Tensor, b: torch.Tensor, *, out: torch.Tensor | None = None,
     """
     compiling = torch.compiler.is_compiling()
     if out is None and out_dtype is None and config is None and not compiling:
-        # A cached call without autograd: its plan, found in C++ (wsgemm.fast_path).
-        run = _find_plan(a, b)
-        if run is not None:
-            return run(a, b, None)
+        # A cached call: its plan found, run and (if autograd records) recorded in C++
+        # (wsgemm.fast_path); None if the Python path below must decide.
+        result = _call_cached(a, b)
+        if result is not None:
+            return result
     try:
         needs_autograd = (a.requires_grad or b.requires_grad) and torch.is_grad_enabled()
     except AttributeError:  # not tensors: gemm_eager's validation says what is wrong
@@ -532,9 +533,9 @@ def _with_autograd_or_tracing(a, b, out, out_dtype, config, compiling: bool):
 
 @functools.lru_cache(maxsize=1)
 def _ops():
-    """``wsgemm.ops``, imported on first use: importing it registers
-    ``torch.ops.wsgemm.gemm``, which a script that never needs autograd or
-    ``torch.compile`` need not pay for."""
+    """``wsgemm.ops``, imported on first use (it registers ``torch.ops.wsgemm.gemm``
+    and gives the fast path its backward): by the first call that needs autograd or
+    ``torch.compile``, or by the first call at all where the fast path is built."""
     from . import ops
 
     return ops
@@ -573,15 +574,17 @@ def _fast_path_module():
     return fast_path.load()
 
 
-def _find_plan_first(a, b):
+def _call_cached_first(a, b):
     """The first call loads (or builds) the fast path; later calls go straight to it."""
-    global _find_plan
+    global _call_cached
     module = _fast_path_module()
-    _find_plan = module.find if module is not None else _no_plan_found
-    return _find_plan(a, b)
+    if module is not None:
+        _ops()  # sets the node's backward (ops.py) before a node can be recorded
+    _call_cached = module.call if module is not None else _no_cached_call
+    return _call_cached(a, b)
 
 
-def _no_plan_found(a, b):
+def _no_cached_call(a, b):
     return None
 
 
@@ -591,7 +594,7 @@ def _remember_plan(a, b, run) -> None:
         module.remember(a, b, run)
 
 
-_find_plan = _find_plan_first
+_call_cached = _call_cached_first
 
 
 @functools.lru_cache(maxsize=1)

@@ -106,10 +106,6 @@ _unwrap_if_dead = getattr(torch._C._functorch, "unwrap_if_dead", None)  # privat
 
 def _eager_forward(a, b, out_dtype):
     """The fast path's forward (run with autograd off): what EagerGemm.forward computes."""
-    if out_dtype is None:
-        run = api._find_plan(a, b)  # autograd is off here, so a cached plan is found
-        if run is not None:
-            return run(a, b, None)
     return api.gemm_eager(a, b, None, out_dtype, None)
 
 
@@ -132,8 +128,10 @@ _record_product = _fast_path_recorder()
 def gemm_with_autograd(a, b, out_dtype):
     """``a @ b`` recorded for autograd, outside ``torch.compile`` (``a`` and ``b`` are
     tensors: ``wsgemm.gemm`` read their ``requires_grad``). The C++ node of the fast
-    path where it is built (it returns None for functorch wrappers), else EagerGemm."""
-    if _record_product is not None and not torch._C._are_functorch_transforms_active():
+    path where it is built (it returns None for functorch transforms and wrappers and
+    for tensor subclasses), else EagerGemm. Cached calls without ``out_dtype`` do not
+    come here: the fast path's ``call`` records them."""
+    if _record_product is not None:
         out = _record_product(_eager_forward, a, b, out_dtype)
         if out is not None:
             return out

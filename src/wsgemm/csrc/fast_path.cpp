@@ -5,8 +5,8 @@
 // 1. Finding a call's plan. The Python key (shapes, strides, dtypes, devices and
 //    base-address alignment of both operands, as a tuple) costs ~0.9 us to build
 //    and hash on the development CPU; the same key as 16 integers costs ~0.15 us.
-//    Only calls without out=, out_dtype= or config= and without autograd use it:
-//    every other call goes down the Python path, which validates and plans.
+//    Only calls without out=, out_dtype= or config= use it (call()): every other
+//    call goes down the Python path, which validates and plans.
 // 2. Recording the product for autograd. torch.autograd.Function's apply builds a
 //    Python context object and a PyNode around the forward (~4 us on the
 //    development CPU); a C++ Node that saves the two operands costs ~0.8 us, and
@@ -18,6 +18,8 @@
 #include <torch/csrc/autograd/python_variable.h>
 #include <torch/csrc/autograd/saved_variable.h>
 #include <torch/csrc/utils/pybind.h>
+
+#include <c10/core/impl/LocalDispatchKeySet.h>
 
 #include <array>
 #include <cstdint>
@@ -67,7 +69,7 @@ bool plain_tensor(PyObject* object) {
 
 // A plain, strided, 2-D or 3-D tensor as its key words. False: not cacheable; the
 // Python path decides what to do with it.
-bool describe(PyObject* object, int64_t* words, bool& requires_grad) {
+bool describe(PyObject* object, int64_t* words) {
   if (!plain_tensor(object)) {
     return false;
   }
@@ -79,7 +81,6 @@ bool describe(PyObject* object, int64_t* words, bool& requires_grad) {
   if (dims < 2 || dims > 3) {
     return false;
   }
-  requires_grad = requires_grad || t.requires_grad();
   // TMA needs 16-byte aligned base addresses, so the plan depends on the low bits.
   const int64_t alignment = static_cast<int64_t>(reinterpret_cast<uintptr_t>(t.data_ptr()) & 15);
   words[0] = dims | static_cast<int64_t>(t.scalar_type()) << 8 |
@@ -94,24 +95,23 @@ bool describe(PyObject* object, int64_t* words, bool& requires_grad) {
   return true;
 }
 
-// False where the call must take the Python path: an operand that is not cacheable,
-// or one that requires grad while autograd records.
 bool plan_key(py::handle a, py::handle b, PlanKey& key) {
-  bool requires_grad = false;
-  if (!describe(a.ptr(), key.data(), requires_grad) ||
-      !describe(b.ptr(), key.data() + kWordsPerOperand, requires_grad)) {
-    return false;
+  return describe(a.ptr(), key.data()) && describe(b.ptr(), key.data() + kWordsPerOperand);
+}
+
+// The plan's run(a, b, out) remembered for this call signature, or nullptr.
+PyObject* remembered_run(py::handle a, py::handle b) {
+  PlanKey key;
+  if (!plan_key(a, b, key)) {
+    return nullptr;
   }
-  return !(requires_grad && at::GradMode::is_enabled());
+  const auto found = g_plans->find(key);
+  return found == g_plans->end() ? nullptr : found->second.ptr();
 }
 
 py::object find(py::handle a, py::handle b) {
-  PlanKey key;
-  if (!plan_key(a, b, key)) {
-    return py::none();
-  }
-  const auto found = g_plans->find(key);
-  return found == g_plans->end() ? py::none() : found->second;
+  PyObject* run = remembered_run(a, b);
+  return run == nullptr ? py::none() : py::reinterpret_borrow<py::object>(run);
 }
 
 bool remember(py::handle a, py::handle b, py::object run) {
@@ -179,29 +179,69 @@ void set_backward(py::object backward) {
   g_backward = backward.release().ptr();
 }
 
-// forward(a, b, out_dtype) with autograd off (it allocates and launches; nothing in
-// it is differentiated), then the product recorded as one node whose inputs are a
-// and b. None where an operand is not a plain tensor (a functorch wrapper, a
-// subclass): the caller uses torch.autograd.Function, as before.
-py::object record_product(py::handle forward, py::handle a, py::handle b, py::handle out_dtype) {
-  if (!plain_tensor(a.ptr()) || !plain_tensor(b.ptr())) {
-    return py::none();
-  }
+// As torch._C._are_functorch_transforms_active(): inside vmap, grad and the like,
+// products go through torch.autograd.Function, which functorch knows how to handle.
+bool functorch_transforms_active() {
+  const c10::DispatchKeySet included = c10::impl::tls_local_dispatch_key_set().included_;
+  return included.has(c10::DispatchKey::FuncTorchDynamicLayerFrontMode) ||
+         included.has(c10::DispatchKey::FuncTorchDynamicLayerBackMode);
+}
+
+bool autograd_records(py::handle a, py::handle b) {
+  return (THPVariable_Unpack(a.ptr()).requires_grad() || THPVariable_Unpack(b.ptr()).requires_grad()) &&
+         at::GradMode::is_enabled();
+}
+
+// product() with autograd off (it allocates and launches; nothing in it is
+// differentiated), its result then recorded as one node whose inputs are a and b.
+template <typename Product>
+py::object record(Product&& product, py::handle a, py::handle b) {
   TORCH_CHECK(g_backward != nullptr, "wsgemm fast path: set_backward() was not called");
   py::object result;
   {
     at::AutoGradMode no_grad(false);
-    result = forward(a, b, out_dtype);
+    result = product();
   }
-  TORCH_CHECK(THPVariable_Check(result.ptr()), "wsgemm fast path: forward did not return a tensor");
+  TORCH_CHECK(THPVariable_Check(result.ptr()), "wsgemm fast path: the product is not a tensor");
   const at::Tensor& out = THPVariable_Unpack(result.ptr());
-  TORCH_CHECK(!out.requires_grad(), "wsgemm fast path: forward returned a tensor already in a graph");
+  TORCH_CHECK(!out.requires_grad(), "wsgemm fast path: the product is already in a graph");
+  const at::Tensor& tensor_a = THPVariable_Unpack(a.ptr());
+  const at::Tensor& tensor_b = THPVariable_Unpack(b.ptr());
   auto node = make_node<WsgemmGemmBackward>();
-  node->set_next_edges(ag::collect_next_edges(THPVariable_Unpack(a.ptr()), THPVariable_Unpack(b.ptr())));
-  node->a = ag::SavedVariable(THPVariable_Unpack(a.ptr()), /*is_output=*/false);
-  node->b = ag::SavedVariable(THPVariable_Unpack(b.ptr()), /*is_output=*/false);
+  node->set_next_edges(ag::collect_next_edges(tensor_a, tensor_b));
+  node->a = ag::SavedVariable(tensor_a, /*is_output=*/false);
+  node->b = ag::SavedVariable(tensor_b, /*is_output=*/false);
   ag::set_history(out, node);
   return result;
+}
+
+// A cached call of wsgemm.gemm(a, b): the remembered plan runs, and is recorded for
+// autograd if an operand requires grad. None where the Python path must decide: no
+// plan remembered (or not cacheable), or functorch transforms are active.
+py::object call(py::handle a, py::handle b) {
+  PyObject* run = remembered_run(a, b);
+  if (run == nullptr) {
+    return py::none();
+  }
+  const auto run_plan = [&] { return py::reinterpret_borrow<py::object>(run)(a, b, py::none()); };
+  if (!autograd_records(a, b)) {
+    return run_plan();
+  }
+  if (functorch_transforms_active()) {
+    return py::none();
+  }
+  return record(run_plan, a, b);
+}
+
+// forward(a, b, out_dtype) recorded for autograd (a call without a remembered plan,
+// or with out_dtype). None where an operand is not a plain tensor (a functorch
+// wrapper, a subclass) or functorch transforms are active: the caller uses
+// torch.autograd.Function, as before.
+py::object record_product(py::handle forward, py::handle a, py::handle b, py::handle out_dtype) {
+  if (!plain_tensor(a.ptr()) || !plain_tensor(b.ptr()) || functorch_transforms_active()) {
+    return py::none();
+  }
+  return record([&] { return py::reinterpret_borrow<py::object>(forward)(a, b, out_dtype); }, a, b);
 }
 
 }  // namespace
@@ -210,6 +250,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.doc() = "wsgemm's host fast path (see wsgemm/fast_path.py)";
   py::object parameter = py::module_::import("torch.nn").attr("Parameter");
   g_parameter_type = reinterpret_cast<PyTypeObject*>(parameter.release().ptr());  // kept for good
+  m.def("call", &call, "A cached call: the remembered plan's result (recorded for autograd), or None");
   m.def("find", &find, "The run function remembered for this call signature, or None");
   m.def("remember", &remember, "Remember run for this call signature; False if it cannot be cached");
   m.def("forget", &forget, "Forget every remembered plan");
