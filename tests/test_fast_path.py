@@ -70,9 +70,9 @@ def test_calls_that_need_the_python_path_are_never_cached(module, fresh_plans):
 def test_a_cached_call_skips_the_python_signature_and_runs_the_same_plan(module, fresh_plans, monkeypatch):
     plans_made = []
 
-    def make_plan(a, b, out, out_dtype, config):  # a CPU stand-in: the product, via torch
+    def make_plan(a, b, out, out_dtype, config):  # a CPU stand-in, run by Python: the product, via torch
         plans_made.append((tuple(a.shape), tuple(b.shape)))
-        return types.SimpleNamespace(run=lambda a, b, out: torch.matmul(a, b))
+        return types.SimpleNamespace(mode="copy", run=lambda a, b, out: torch.matmul(a, b))
 
     monkeypatch.setattr(api, "make_plan", make_plan)
     a, b = operand(64, 32, dtype=torch.float32), operand(48, 32, dtype=torch.float32).t()
@@ -92,18 +92,51 @@ def test_a_cached_call_skips_the_python_signature_and_runs_the_same_plan(module,
 
 @pytest.fixture
 def cpu_products(monkeypatch, fresh_plans):
-    """Plans whose run is torch.matmul, so that wsgemm.gemm runs on the CPU."""
+    """Direct plans whose kernel is torch.matmul into the result, so that wsgemm.gemm
+    runs on the CPU, cached calls launched from C++ as on the GPU."""
     products = []
 
     def make_plan(a, b, out, out_dtype, config):
-        def run(x, y, out):
-            products.append((tuple(x.shape), tuple(y.shape)))
-            return torch.matmul(x, y).to(out_dtype or x.dtype)
+        dtype = out_dtype or a.dtype
+        shape = torch.matmul(a[..., :1, :], b).shape[:-2] + (a.shape[-2], b.shape[-1])
 
-        return types.SimpleNamespace(run=run)
+        def kernel(x, y, result, clusters):
+            assert clusters == 3 and result.dtype == dtype and result.shape == shape
+            products.append((tuple(x.shape), tuple(y.shape)))
+            result.copy_(torch.matmul(x, y))
+
+        def run(x, y, out):  # what Plan.run does for a direct plan
+            products.append("run")
+            result = torch.empty(shape, dtype=dtype)
+            kernel(x, y, result, 3)
+            return result
+
+        return types.SimpleNamespace(mode="direct", workspace=(0, 0), kernel=kernel, clusters=3, shape=shape,
+                                     dtype=dtype, run=run)
 
     monkeypatch.setattr(api, "make_plan", make_plan)
     return products
+
+
+def test_a_cached_direct_plan_is_launched_from_cpp(module, cpu_products, monkeypatch):
+    a, w = torch.randn(7, 5, dtype=torch.float64), torch.randn(6, 5, dtype=torch.float64)
+    torch.testing.assert_close(wsgemm.gemm(a, w.t()), a @ w.t())
+    assert cpu_products == ["run", ((7, 5), (5, 6))]  # planned, then run by Python
+    cpu_products.clear()
+    a2 = torch.randn(7, 5, dtype=torch.float64)
+    torch.testing.assert_close(wsgemm.gemm(a2, w.t()), a2 @ w.t())
+    assert cpu_products == [((7, 5), (5, 6))]  # the kernel, called from C++ with a result it allocated
+    a3 = a2.clone().requires_grad_()
+    d = wsgemm.gemm(a3, w.t())
+    assert d.grad_fn.name() == "WsgemmGemmBackward" and d.dtype == torch.float64
+
+    def failing_kernel(*args):
+        raise ValueError("the launch failed")
+
+    plan = next(iter(api._plans.values()))
+    module.remember(a, w.t(), plan.run, failing_kernel, 3, list(plan.shape), plan.dtype)
+    with pytest.raises(ValueError, match="the launch failed"):
+        wsgemm.gemm(a, w.t())
 
 
 def test_the_cpp_node_gives_gradients_and_second_order_gradients(module, cpu_products):
@@ -119,12 +152,12 @@ def test_the_cpp_node_computes_only_the_gradients_asked_for(module, cpu_products
     a = torch.randn(7, 5, dtype=torch.float64, requires_grad=True)
     w = torch.randn(5, 6, dtype=torch.float64)  # a constant
     wsgemm.gemm(a, w).sum().backward()
-    assert len(cpu_products) == 2  # the product and dA: no dB
+    assert len([p for p in cpu_products if p != "run"]) == 2  # the product and dA: no dB
     torch.testing.assert_close(a.grad, torch.ones(7, 6, dtype=torch.float64) @ w.t())
     b = w.clone().requires_grad_()
     cpu_products.clear()
     (grad_b,) = torch.autograd.grad(wsgemm.gemm(a, b).sum(), b)  # a requires grad, but only dB is asked for
-    assert len(cpu_products) == 2
+    assert len([p for p in cpu_products if p != "run"]) == 2
     torch.testing.assert_close(grad_b, a.detach().t() @ torch.ones(7, 6, dtype=torch.float64))
 
 

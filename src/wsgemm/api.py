@@ -556,7 +556,7 @@ def gemm_eager(a, b, out=None, out_dtype=None, config=None) -> torch.Tensor:
                     forget_plans()
                 _plans[key] = plan
                 if out is None and out_dtype is None and config is None:
-                    _remember_plan(a, b, plan.run)
+                    _remember_plan(a, b, plan)
     return plan.run(a, b, out)
 
 
@@ -588,10 +588,16 @@ def _no_cached_call(a, b):
     return None
 
 
-def _remember_plan(a, b, run) -> None:
+def _remember_plan(a, b, plan: Plan) -> None:
+    """The plan for the fast path's lookup; a direct plan without a workspace (on one
+    GPU: several need a device switch first) is launched from C++ itself."""
     module = _fast_path_module()
-    if module is not None:
-        module.remember(a, b, run)
+    if module is None:
+        return
+    if plan.mode == "direct" and not plan.workspace[0] and not _several_gpus():
+        module.remember(a, b, plan.run, plan.kernel, plan.clusters, plan.shape, plan.dtype)
+    else:
+        module.remember(a, b, plan.run)
 
 
 _call_cached = _call_cached_first

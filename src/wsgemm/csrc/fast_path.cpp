@@ -12,6 +12,7 @@
 //    development CPU); a C++ Node that saves the two operands costs ~0.8 us, and
 //    calls Python only in backward, where the gradients are wsgemm products.
 
+#include <torch/csrc/Dtype.h>
 #include <torch/csrc/autograd/function.h>
 #include <torch/csrc/autograd/functions/utils.h>
 #include <torch/csrc/autograd/grad_mode.h>
@@ -25,6 +26,7 @@
 #include <cstdint>
 #include <type_traits>
 #include <unordered_map>
+#include <vector>
 
 namespace py = pybind11;
 namespace ag = torch::autograd;
@@ -51,9 +53,29 @@ struct PlanKeyHash {
   }
 };
 
-// Never destroyed: its values are Python objects, which must not be released after
+// What a call signature resolves to. Every plan has its Python run(a, b, out). A
+// "direct" plan without a workspace (the commonest) is also launched from here: the
+// result allocated with at::empty, then kernel(a, b, out, clusters), which saves the
+// Python frame of run() and new_empty's argument parsing.
+struct RememberedPlan {
+  py::object run;
+  py::object kernel;    // None unless direct
+  py::object clusters;  // the kernel's last argument (a Python int)
+  std::vector<int64_t> shape;
+  c10::ScalarType dtype = c10::ScalarType::Undefined;
+};
+
+// Never destroyed: its values hold Python objects, which must not be released after
 // the interpreter has finalized (a static map's destructor would run then).
-auto* g_plans = new std::unordered_map<PlanKey, py::object, PlanKeyHash>();
+auto* g_plans = new std::unordered_map<PlanKey, RememberedPlan, PlanKeyHash>();
+
+// A Python call's result; a Python exception (NULL) propagates as itself.
+PyObject* check_call(PyObject* result) {
+  if (result == nullptr) {
+    throw py::error_already_set();
+  }
+  return result;
+}
 
 // torch.nn.Parameter, set at import: parameters are plain tensors to wsgemm. Other
 // subclasses may override __torch_function__, so they take the Python path.
@@ -99,28 +121,49 @@ bool plan_key(py::handle a, py::handle b, PlanKey& key) {
   return describe(a.ptr(), key.data()) && describe(b.ptr(), key.data() + kWordsPerOperand);
 }
 
-// The plan's run(a, b, out) remembered for this call signature, or nullptr.
-PyObject* remembered_run(py::handle a, py::handle b) {
+const RememberedPlan* remembered(py::handle a, py::handle b) {
   PlanKey key;
   if (!plan_key(a, b, key)) {
     return nullptr;
   }
   const auto found = g_plans->find(key);
-  return found == g_plans->end() ? nullptr : found->second.ptr();
+  return found == g_plans->end() ? nullptr : &found->second;
 }
 
 py::object find(py::handle a, py::handle b) {
-  PyObject* run = remembered_run(a, b);
-  return run == nullptr ? py::none() : py::reinterpret_borrow<py::object>(run);
+  const RememberedPlan* plan = remembered(a, b);
+  return plan == nullptr ? py::none() : plan->run;
 }
 
-bool remember(py::handle a, py::handle b, py::object run) {
+// run: the plan's run(a, b, out). For a direct plan also kernel, clusters, and the
+// result's shape and dtype (its device is a's: the key holds a's device).
+bool remember(py::handle a, py::handle b, py::object run, py::object kernel, py::object clusters,
+              std::vector<int64_t> shape, py::handle dtype) {
   PlanKey key;
   if (!plan_key(a, b, key)) {
     return false;
   }
-  (*g_plans)[key] = std::move(run);
+  RememberedPlan plan{std::move(run), std::move(kernel), std::move(clusters), std::move(shape)};
+  if (!plan.kernel.is_none()) {
+    TORCH_CHECK(THPDtype_Check(dtype.ptr()), "wsgemm fast path: a direct plan needs the result's dtype");
+    plan.dtype = reinterpret_cast<THPDtype*>(dtype.ptr())->scalar_type;
+  }
+  (*g_plans)[key] = std::move(plan);
   return true;
+}
+
+// The plan's result for (a, b): launched here if direct, else by its Python run.
+py::object run_plan(const RememberedPlan& plan, py::handle a, py::handle b) {
+  if (plan.kernel.is_none()) {
+    PyObject* args[] = {a.ptr(), b.ptr(), Py_None};
+    return py::reinterpret_steal<py::object>(check_call(PyObject_Vectorcall(plan.run.ptr(), args, 3, nullptr)));
+  }
+  const at::Tensor& tensor_a = THPVariable_Unpack(a.ptr());
+  auto out = py::reinterpret_steal<py::object>(
+      THPVariable_Wrap(at::empty(plan.shape, tensor_a.options().dtype(plan.dtype))));
+  PyObject* args[] = {a.ptr(), b.ptr(), out.ptr(), plan.clusters.ptr()};
+  py::reinterpret_steal<py::object>(check_call(PyObject_Vectorcall(plan.kernel.ptr(), args, 4, nullptr)));
+  return out;
 }
 
 void forget() { g_plans->clear(); }
@@ -219,18 +262,17 @@ py::object record(Product&& product, py::handle a, py::handle b) {
 // autograd if an operand requires grad. None where the Python path must decide: no
 // plan remembered (or not cacheable), or functorch transforms are active.
 py::object call(py::handle a, py::handle b) {
-  PyObject* run = remembered_run(a, b);
-  if (run == nullptr) {
+  const RememberedPlan* plan = remembered(a, b);
+  if (plan == nullptr) {
     return py::none();
   }
-  const auto run_plan = [&] { return py::reinterpret_borrow<py::object>(run)(a, b, py::none()); };
   if (!autograd_records(a, b)) {
-    return run_plan();
+    return run_plan(*plan, a, b);
   }
   if (functorch_transforms_active()) {
     return py::none();
   }
-  return record(run_plan, a, b);
+  return record([&] { return run_plan(*plan, a, b); }, a, b);
 }
 
 // forward(a, b, out_dtype) recorded for autograd (a call without a remembered plan,
@@ -252,7 +294,9 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   g_parameter_type = reinterpret_cast<PyTypeObject*>(parameter.release().ptr());  // kept for good
   m.def("call", &call, "A cached call: the remembered plan's result (recorded for autograd), or None");
   m.def("find", &find, "The run function remembered for this call signature, or None");
-  m.def("remember", &remember, "Remember run for this call signature; False if it cannot be cached");
+  m.def("remember", &remember, "Remember a plan for this call signature; False if it cannot be cached",
+        py::arg("a"), py::arg("b"), py::arg("run"), py::arg("kernel") = py::none(), py::arg("clusters") = py::none(),
+        py::arg("shape") = std::vector<int64_t>(), py::arg("dtype") = py::none());
   m.def("forget", &forget, "Forget every remembered plan");
   m.def("plans_remembered", &plans_remembered);
   m.def("set_backward", &set_backward);
