@@ -66,8 +66,12 @@ class TracingSm90Gemm(Sm90Gemm):
     @cute.jit
     def trace_point(self, point: cutlass.Constexpr, scratch: cute.Tensor, k_blocks_so_far=0):
         cta_m, cta_n, cluster_id = cute.arch.block_idx()
+        grid_m, grid_n, grid_clusters = cute.arch.grid_dim()
         cm, cn = self.config.cluster_m, self.config.cluster_n
-        base = (cluster_id * (cm * cn) + cta_n * cm + cta_m) * WORDS_PER_CTA
+        # The stamps fill the end of the flags argument; with split-K the kernel's own
+        # arrival flags come first.
+        first_word = cute.size(scratch) - grid_m * grid_n * grid_clusters * WORDS_PER_CTA
+        base = first_word + (cluster_id * (cm * cn) + cta_n * cm + cta_m) * WORDS_PER_CTA
         tidx, _, _ = cute.arch.thread_idx()
         if cutlass.const_expr(point in (TracePoint.ENTRY, TracePoint.BARRIERS_READY)):
             if tidx == 0:
@@ -86,11 +90,11 @@ class TracingSm90Gemm(Sm90Gemm):
 
 
 def compile_traced(spec: cfg.KernelSpec, dump_dir: str | None = None):
-    """The traced kernel through the split-K entry point: its int32 flags argument
-    carries the scratch words (``split_k = 1``: the kernel itself never reads it).
+    """The traced kernel through the workspace entry point: the scratch words ride at
+    the end of its int32 flags argument (after the split-K or stream-K flags, if any).
     With ``dump_dir`` the PTX is kept there."""
     kernel = TracingSm90Gemm(spec)
-    a, b, d, clusters, stream = compile_mod._example_args(spec)
+    a, b, d, *_, clusters, stream = compile_mod._example_args(spec)  # a workspace's two, if any, replaced here
     scratch = make_fake_compact_tensor(cutlass.Int32, (cute.sym_int(),), assumed_align=16)
     unused = make_fake_compact_tensor(cutlass.Float32, (cute.sym_int64(),), assumed_align=16)
     options = f"--gpu-arch {spec.facts.compile_target} --enable-tvm-ffi"
@@ -100,12 +104,14 @@ def compile_traced(spec: cfg.KernelSpec, dump_dir: str | None = None):
 
 
 def parse_case(text: str) -> tuple[tuple[int, int, int], GemmConfig]:
-    shape, tile, cluster, stages = text.split(":")
+    """``MxNxK:TMxTN:CMxCN:STAGES|auto[:splitS]``."""
+    shape, tile, cluster, stages, *split = text.split(":")
     m, n, k = (int(v) for v in shape.split("x"))
     tile_m, tile_n = (int(v) for v in tile.split("x"))
     cluster_m, cluster_n = (int(v) for v in cluster.split("x"))
+    split_k = int(split[0].removeprefix("split")) if split else 1
     return (m, n, k), GemmConfig(tile_m=tile_m, tile_n=tile_n, cluster_m=cluster_m, cluster_n=cluster_n,
-                                 stages=None if stages == "auto" else int(stages))
+                                 stages=None if stages == "auto" else int(stages), split_k=split_k)
 
 
 def cupti_kernel_us(fn, runs: int, flush: torch.Tensor) -> float:
@@ -130,13 +136,25 @@ def cta_timeline(words: list[list[int]], k_blocks: int) -> dict:
     kept = min(k_blocks, K_BLOCKS_KEPT)
     arrivals = [[us(row[FIRST_K_BLOCK_WORD + i]) for i in range(kept)] for row in words]
     med = statistics.median
+    # First tiles only: a CTA whose first item stored a tile, finished a split tile,
+    # or only published partial sums (then its exit follows the publish).
+    stored = [row for row in words if row[TracePoint.TILE_STORED]] or words
+    finishers = [row for row in words if row[TracePoint.CONTRIBUTORS_ARRIVED]]
+    contributors = [row for row in words if not row[TracePoint.TILE_STORED]]
     return {
         "launch_skew_us": max(us(row[TracePoint.ENTRY]) for row in words),
         "barriers_ready_us": med(us(row[TracePoint.BARRIERS_READY]) for row in words),
         "first_k_block_us": med(a[0] for a in arrivals),
         "k_block_interval_us": med((a[-1] - a[8]) / (kept - 9) for a in arrivals),
         "mainloop_done_us": med(us(row[TracePoint.MAINLOOP_DONE]) for row in words),
-        "epilogue_us": med(us(row[TracePoint.TILE_STORED]) - us(row[TracePoint.MAINLOOP_DONE]) for row in words),
+        "epilogue_us": med(us(row[TracePoint.TILE_STORED]) - us(row[TracePoint.MAINLOOP_DONE]) for row in stored),
+        # Split-K and stream-K: what a finisher's fix-up takes, and a contributor's publish.
+        "fixup_wait_us": med([us(row[TracePoint.CONTRIBUTORS_ARRIVED]) - us(row[TracePoint.MAINLOOP_DONE])
+                              for row in finishers] or [0.0]),
+        "fixup_add_us": med([us(row[TracePoint.PARTIALS_ADDED]) - us(row[TracePoint.CONTRIBUTORS_ARRIVED])
+                             for row in finishers] or [0.0]),
+        "publish_us": med([us(row[TracePoint.EXIT]) - us(row[TracePoint.MAINLOOP_DONE]) for row in contributors]
+                          or [0.0]),
         "first_exit_us": min(us(row[TracePoint.EXIT]) for row in words),
         "span_us": max(us(row[TracePoint.EXIT]) for row in words),
     }
@@ -146,9 +164,7 @@ def run_case(text: str, runs: int, flush: torch.Tensor) -> dict:
     (m, n, k), config = parse_case(text)
     spec = cfg.make_spec("sm90", "bf16", "bf16", "k", "k", "n", config)  # A (M,K), B = W.t(), D (M,N)
     config = spec.config
-    if config.split_k != 1:
-        raise SystemExit("trace scratch rides in the split-K flags argument: split_k must be 1")
-    k_blocks = -(-k // config.tile_k)
+    k_blocks = -(-k // config.tile_k) // config.split_k  # per work item (splits differ by at most one)
     if k_blocks < 10:
         raise SystemExit(f"{text}: need at least 10 k-blocks for a steady rate")
     a = torch.randn(m, k, device="cuda").to(torch.bfloat16)
@@ -157,10 +173,11 @@ def run_case(text: str, runs: int, flush: torch.Tensor) -> dict:
     grid = TileGrid.for_problem(m, n, 1, config)
     clusters = grid.launch_clusters(api.max_active_clusters(a.device.index or 0, config.cluster_size))
     ctas = clusters * config.cluster_size
-    scratch = torch.zeros(ctas * WORDS_PER_CTA, dtype=torch.int32, device="cuda")
-    unused = torch.zeros(1, dtype=torch.float32, device="cuda")
+    flags, partial_elems = api.launch_workspace_elems(grid, clusters, config)
+    scratch = torch.zeros(flags + ctas * WORDS_PER_CTA, dtype=torch.int32, device="cuda")
+    partials = torch.zeros(max(1, partial_elems), dtype=torch.float32, device="cuda")
     kernel = compile_traced(spec)
-    traced = lambda: kernel(a, b, d, scratch, unused, clusters)  # noqa: E731
+    traced = lambda: kernel(a, b, d, scratch, partials, clusters)  # noqa: E731
     traced()
     ref = a.float() @ b.float()
     rel_error = ((d.float() - ref).norm() / ref.norm()).item()
@@ -172,7 +189,7 @@ def run_case(text: str, runs: int, flush: torch.Tensor) -> dict:
         scratch.zero_()
         traced()
         torch.cuda.synchronize()
-        per_run.append(cta_timeline(scratch.view(ctas, WORDS_PER_CTA).tolist(), k_blocks))
+        per_run.append(cta_timeline(scratch[flags:].view(ctas, WORDS_PER_CTA).tolist(), k_blocks))
     summary = {key: round(statistics.median(r[key] for r in per_run), 3) for key in per_run[0]}
     clock_mhz = float(gpu_state().get("clocks.sm", "nan"))
     flop_per_k_block = 2 * config.tile_m * config.tile_n * config.tile_k
@@ -183,8 +200,8 @@ def run_case(text: str, runs: int, flush: torch.Tensor) -> dict:
             "rel_error": rel_error, **summary}
 
 
-COLUMNS = ("first_k_block_us", "k_block_interval_us", "mma_bound_us", "epilogue_us", "span_us", "kernel_us",
-           "torch_matmul_kernel_us")
+COLUMNS = ("first_k_block_us", "k_block_interval_us", "mma_bound_us", "mainloop_done_us", "epilogue_us",
+           "fixup_wait_us", "fixup_add_us", "publish_us", "span_us", "kernel_us", "torch_matmul_kernel_us")
 
 
 def markdown(report: dict) -> str:

@@ -218,3 +218,21 @@ def test_a_failed_build_warns_with_the_compilers_error(monkeypatch):
     monkeypatch.setattr(fast_path, "_state", {})
     with pytest.warns(RuntimeWarning, match="fast_path.cpp:3:1: error: 'x' was not declared"):
         assert fast_path.load() is None
+
+
+def test_a_second_process_imports_the_build_without_rebuilding(module, tmp_path):
+    """The build directory is keyed by source, PyTorch and Python; a process that finds
+    the library there imports it (no ninja run, no build message)."""
+    import os
+    import subprocess
+    import sys
+
+    code = ("import time, wsgemm.fast_path as f; t = time.perf_counter(); m = f.load(); "
+            "print(m is not None, m.__file__ == str(f.build_directory() / 'wsgemm_fast_path.so'), "
+            "round(time.perf_counter() - t, 3))")
+    env = dict(os.environ)
+    result = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-2000:]
+    loaded, same_file, _seconds = result.stdout.split()
+    assert loaded == "True" and same_file == "True"
+    assert "building" not in result.stderr

@@ -46,19 +46,36 @@ def build_directory() -> Path:
 
 
 def _build():
+    """The extension: imported if this directory holds a build, else built."""
     from torch.utils import cpp_extension
 
     directory = build_directory()
+    built = directory / "wsgemm_fast_path.so"
+    if built.is_file():
+        # Built for this source, PyTorch and Python (the directory's name says so):
+        # import it without cpp_extension.load's ninja run (~0.4 s per process). A
+        # file another process is still linking fails to import: then load() below
+        # waits for that build (its lock file) instead.
+        try:
+            return _import_built(built)
+        except ImportError:
+            pass
     directory.mkdir(parents=True, exist_ok=True)
-    built = any(directory.glob("wsgemm_fast_path*.so"))
-    if not built:
-        print("wsgemm: building the C++ host fast path (once per PyTorch version, ~15-30 s; "
-              "WSGEMM_FAST_PATH=0 skips it)...", file=sys.stderr, flush=True)
+    print("wsgemm: building the C++ host fast path (once per PyTorch version, ~15-30 s; "
+          "WSGEMM_FAST_PATH=0 skips it)...", file=sys.stderr, flush=True)
     start = time.perf_counter()
     module = cpp_extension.load(name="wsgemm_fast_path", sources=[str(_SOURCE)], build_directory=str(directory),
                                 extra_cflags=["-O2"], verbose=False)
-    if not built:
-        print(f"wsgemm: built the fast path in {time.perf_counter() - start:.0f} s", file=sys.stderr, flush=True)
+    print(f"wsgemm: built the fast path in {time.perf_counter() - start:.0f} s", file=sys.stderr, flush=True)
+    return module
+
+
+def _import_built(path: Path):
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("wsgemm_fast_path", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
     return module
 
 

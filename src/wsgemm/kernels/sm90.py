@@ -73,6 +73,8 @@ class TracePoint(enum.IntEnum):
     MAINLOOP_DONE = 3  # a consumer thread's last wgmma of a tile retired
     TILE_STORED = 4  # a consumer thread issued a tile's last TMA store
     EXIT = 5  # a consumer thread is done (the store warp waited for its stores' reads)
+    CONTRIBUTORS_ARRIVED = 6  # a finisher (split-K, stream-K) saw its tile's flag count every contributor
+    PARTIALS_ADDED = 7  # ... and added their partial sums to its accumulators
 
 
 class Sm90Gemm(GemmKernelBase):
@@ -573,8 +575,11 @@ class Sm90Gemm(GemmKernelBase):
             if cutlass.const_expr(self.config.has_workspace):
                 finishes_tile = publish_slot < 0
                 if waits > 0:
-                    split_k.accumulate_partials(acc, partials, flags, flag, first_slot, waits, cm * cn, cta_rank,
-                                                consumer_tidx, self.consumer_threads, epi_barrier)
+                    split_k.wait_for_contributors(flags, flag, waits, cm * cn, cta_rank, consumer_tidx, epi_barrier)
+                    self.trace_point(TracePoint.CONTRIBUTORS_ARRIVED, flags, read)
+                    split_k.add_partials(acc, partials, first_slot, waits, cm * cn, cta_rank, consumer_tidx,
+                                         self.consumer_threads)
+                    self.trace_point(TracePoint.PARTIALS_ADDED, flags, read)
                 if not finishes_tile:
                     split_k.publish_partial(acc, partials, flags, publish_slot, flag, cm * cn, cta_rank,
                                             consumer_tidx, self.consumer_threads, epi_barrier)

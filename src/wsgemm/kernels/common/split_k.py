@@ -36,7 +36,7 @@ The flags start at zero when the workspace is allocated (``wsgemm.api``) and eve
 launch leaves them at zero, so a cached workspace needs no memset per call.
 
 Stream-K (``stream_k.py``) deals the tail out differently but meets in the same
-kind of workspace through the same two device functions: a *contributor* publishes
+kind of workspace through the same device functions: a *contributor* publishes
 to a slot and counts itself in a flag; a *finisher* waits for a count and adds a
 run of consecutive slots. Here the non-last splits are the contributors and the
 last split is the finisher.
@@ -151,10 +151,10 @@ def publish_partial(acc: cute.Tensor, partials: cute.Tensor, flags: cute.Tensor,
 
 
 @cute.jit
-def accumulate_partials(acc: cute.Tensor, partials: cute.Tensor, flags: cute.Tensor, flag, first_slot, waits,
-                        ctas: cutlass.Constexpr, cta_rank, tidx: Int32, threads: cutlass.Constexpr, barrier):
-    """A finisher: wait until ``waits`` contributors have counted themselves in the
-    tile's flag, then add their slots (``first_slot`` on, in order) to ``acc``."""
+def wait_for_contributors(flags: cute.Tensor, flag, waits, ctas: cutlass.Constexpr, cta_rank, tidx: Int32,
+                          barrier):
+    """A finisher's first half: wait until ``waits`` contributors have counted
+    themselves in the tile's flag (acquire: their slots are then visible)."""
     if tidx == 0:
         flag_ptr = (flags.iterator + (flag * ctas + cta_rank)).llvm_ptr
         arrived = cute.arch.load(flag_ptr, Int32, sem="acquire", scope="gpu")
@@ -163,6 +163,13 @@ def accumulate_partials(acc: cute.Tensor, partials: cute.Tensor, flags: cute.Ten
         # Nobody else touches this flag in this launch: leave it at zero for the next.
         cute.arch.store(flag_ptr, Int32(0), sem="relaxed", scope="gpu")
     barrier.arrive_and_wait()
+
+
+@cute.jit
+def add_partials(acc: cute.Tensor, partials: cute.Tensor, first_slot, waits, ctas: cutlass.Constexpr, cta_rank,
+                 tidx: Int32, threads: cutlass.Constexpr):
+    """A finisher's second half: add the contributors' slots (``first_slot`` on, in
+    order) to ``acc``."""
     frag = cute.size(acc)
     for s in cutlass.range(waits, unroll=1):
         src = _slot(partials, first_slot + s, ctas, cta_rank, threads, frag)
