@@ -191,13 +191,16 @@ def test_other_policies_do_not_probe_before_the_copies(policy):
 )
 def test_split_k_kernels_publish_partials_with_release_and_wait_with_acquire(config):
     """The fix-up's memory-model contract, as compiled (split-K and stream-K share it):
-    each contributor fences its partial-sum stores at GPU scope and counts itself
-    with a release add; the finisher polls the flag with acquire loads and resets it."""
+    each contributor's threads store their partial sums, meet at a CTA barrier, and
+    one thread counts the CTA in with a release add (cumulative: it covers the stores
+    the barrier ordered before it); the finisher polls the flag with acquire loads
+    and resets it."""
     spec, compiled = build(config=config)
     assert_core_structure(spec, compiled)
     ptx = compiled.ptx
-    assert "fence.acq_rel.gpu" in ptx
-    assert "red.release.gpu.global.add.s32" in ptx
+    release = ptx.index("red.release.gpu.global.add.s32")
+    assert re.search(r"bar\.sync\s+\d+,\s*\d+;", ptx[ptx.rindex("st.global", 0, release):release]), \
+        "no CTA barrier between the last partial-sum store and the release"
     assert "ld.acquire.gpu.global" in ptx
     assert "st.relaxed.gpu.global.b32" in ptx  # the flag's reset
     # Fragment-order partial sums: one fp32 store per accumulator register.

@@ -141,9 +141,11 @@ def publish_partial(acc: cute.Tensor, partials: cute.Tensor, flags: cute.Tensor,
     dst = _slot(partials, slot, ctas, cta_rank, threads, frag)
     for v in cutlass.range(frag, unroll_full=True):
         dst[(tidx, v)] = acc[v]
-    # Every thread's stores must be visible GPU-wide before the one release below
-    # makes them reachable; the named barrier orders the threads in the CTA.
-    cute.arch.fence_acq_rel_gpu()
+    # Every thread's stores must be visible GPU-wide before the flag says so. The
+    # barrier orders them before thread 0's add, and a release is cumulative: it
+    # makes visible what was ordered before it, in any thread of the CTA (the
+    # pattern of CUTLASS's GenericBarrier::arrive_inc). A GPU-scope fence in every
+    # thread, as before, made each wait for its own stores first.
     barrier.arrive_and_wait()
     if tidx == 0:
         cute.arch.red((flags.iterator + (flag * ctas + cta_rank)).llvm_ptr, Int32(1), op="add", dtype=Int32,
