@@ -47,8 +47,6 @@ def build_directory() -> Path:
 
 def _build():
     """The extension: imported if this directory holds a build, else built."""
-    from torch.utils import cpp_extension
-
     directory = build_directory()
     built = directory / "wsgemm_fast_path.so"
     if built.is_file():
@@ -60,6 +58,8 @@ def _build():
             return _import_built(built)
         except ImportError:
             pass
+    from torch.utils import cpp_extension  # ~30 ms to import (setuptools): only to build
+
     directory.mkdir(parents=True, exist_ok=True)
     print("wsgemm: building the C++ host fast path (once per PyTorch version, ~15-30 s; "
           "WSGEMM_FAST_PATH=0 skips it)...", file=sys.stderr, flush=True)
