@@ -13,10 +13,15 @@ median over runs of:
   against the wgmma time the tile needs at the measured clock (``mma_bound_us``);
 * ``epilogue_us``: last wgmma retired to last TMA store issued;
 * ``span_us``: first CTA's first instruction to the last CTA's exit, beside the
-  kernel durations CUPTI reports for this kernel and for ``torch.matmul``'s.
+  kernel durations CUPTI reports for this kernel and for ``torch.matmul``'s;
+* with split-K (``:splitS``; one-wave cases, where each CTA runs one work item):
+  ``fixup_wait_us`` (a finisher's last wgmma to its contributors' arrival),
+  ``fixup_add_us`` (adding their partial sums) and ``publish_us`` (a contributor's
+  last wgmma to its exit: storing its partial sums and counting itself in).
 
     python benchmarks/kernel_timeline.py            # the cases of NOTES section 14
     python benchmarks/kernel_timeline.py --case 512x4096x4096:128x128:2x1:6
+    python benchmarks/kernel_timeline.py --case 320x2560x8192:128x128:1x1:auto:split2   # NOTES section 29
 """
 
 from __future__ import annotations
@@ -220,7 +225,7 @@ def markdown(report: dict) -> str:
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--case", action="append", help="MxNxK:TMxTN:CMxCN:STAGES|auto (repeatable)")
+    p.add_argument("--case", action="append", help="MxNxK:TMxTN:CMxCN:STAGES|auto[:splitS] (repeatable)")
     p.add_argument("--runs", type=int, default=15)
     p.add_argument("--name", default="kernel_timeline")
     p.add_argument("--out", type=Path, default=Path(__file__).resolve().parent / "results")

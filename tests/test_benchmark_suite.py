@@ -442,11 +442,32 @@ def test_timeline_summary_is_wrap_safe_and_per_cta(timeline):
     assert summary["span_us"] == pytest.approx((2600 + 500) / 1e3)
 
 
+def test_timeline_summary_of_a_split_wave_separates_wait_add_and_publish(timeline):
+    """One wave split in two: a finisher stamps its contributors' arrival and the
+    added partial sums, then stores; a contributor stores no tile and exits after
+    publishing."""
+    def cta(done, arrived, added, stored, exit_):
+        row = [0] * timeline.WORDS_PER_CTA
+        row[0], row[1], row[3], row[4], row[5], row[6], row[7] = 1000, 1300, done, stored, exit_, arrived, added
+        for i in range(timeline.K_BLOCKS_KEPT):
+            row[timeline.FIRST_K_BLOCK_WORD + i] = 3000 + 400 * i
+        return row
+
+    finisher = cta(30000, 32000, 33000, 33800, 34000)
+    contributor = cta(29800, 0, 0, 0, 31300)
+    summary = timeline.cta_timeline([finisher, contributor], k_blocks=64)
+    assert summary["fixup_wait_us"] == pytest.approx(2.0)
+    assert summary["fixup_add_us"] == pytest.approx(1.0)
+    assert summary["publish_us"] == pytest.approx(1.5)
+    assert summary["epilogue_us"] == pytest.approx(3.8)  # the finisher's: wait, add and store
+
+
 def test_timeline_cases_parse(timeline):
     (m, n, k), config = timeline.parse_case("512x4096x4096:128x128:2x1:6")
     assert (m, n, k) == (512, 4096, 4096)
     assert (config.tile_m, config.tile_n, config.cluster_m, config.cluster_n, config.stages) == (128, 128, 2, 1, 6)
     assert timeline.parse_case("8192x8192x8192:128x256:1x2:auto")[1].stages is None
+    assert timeline.parse_case("320x2560x8192:128x128:1x1:auto:split2")[1].split_k == 2
     for case in timeline.DEFAULT_CASES:
         timeline.parse_case(case)
 
