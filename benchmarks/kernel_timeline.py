@@ -99,7 +99,7 @@ def compile_traced(spec: cfg.KernelSpec, dump_dir: str | None = None):
     the end of its int32 flags argument (after the split-K or stream-K flags, if any).
     With ``dump_dir`` the PTX is kept there."""
     kernel = TracingSm90Gemm(spec)
-    a, b, d, *_, clusters, stream = compile_mod._example_args(spec)  # a workspace's two, if any, replaced here
+    a, b, d, *_, _clusters, stream = compile_mod._example_args(spec)  # a workspace's two, if any, replaced here
     scratch = make_fake_compact_tensor(cutlass.Int32, (cute.sym_int(),), assumed_align=16)
     unused = make_fake_compact_tensor(cutlass.Float32, (cute.sym_int64(),), assumed_align=16)
     options = f"--gpu-arch {spec.facts.compile_target} --enable-tvm-ffi"

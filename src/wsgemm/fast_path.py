@@ -58,7 +58,8 @@ def _build():
             return _import_built(built)
         except ImportError:
             pass
-    from torch.utils import cpp_extension  # ~30 ms to import (setuptools): only to build
+    # ~30 ms to import (it imports setuptools): only when there is something to build.
+    from torch.utils import cpp_extension
 
     directory.mkdir(parents=True, exist_ok=True)
     print("wsgemm: building the C++ host fast path (once per PyTorch version, ~15-30 s; "
