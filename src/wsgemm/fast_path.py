@@ -1,13 +1,17 @@
 """The C++ host fast path (``csrc/fast_path.cpp``), built on first use.
 
-Two steps of a cached ``wsgemm.gemm`` call cost microseconds of Python and a
+Three steps of a cached ``wsgemm.gemm`` call cost microseconds of Python and a
 fraction of one in C++ (numbers in ``benchmarks/NOTES.md`` section 28):
 
-* ``find(a, b)``: the plan of a call without ``out=``, ``out_dtype=``, ``config=``
-  or autograd, keyed by both operands' shapes, strides, dtypes, devices and base
-  alignment, as :func:`wsgemm.api._signature` keys the Python cache;
-* ``record_product(forward, a, b, out_dtype)``: the product recorded for autograd as
-  one C++ node, instead of a ``torch.autograd.Function``.
+* finding the plan of a call without ``out=``, ``out_dtype=`` or ``config=``, keyed
+  by both operands' shapes, strides, dtypes, devices and base alignment, as
+  :func:`wsgemm.api._signature` keys the Python cache (``remember``, ``find``);
+* launching it: a direct plan's result is allocated and its TVM-FFI kernel called
+  from C++, any other plan's ``run`` called (``call(a, b)``, which ``wsgemm.gemm``
+  asks first);
+* recording the product for autograd as one C++ node instead of a
+  ``torch.autograd.Function`` (in ``call``, and ``record_product`` for calls the
+  cache does not serve).
 
 The extension is compiled with ``torch.utils.cpp_extension`` (a C++ compiler and
 ninja; ~15-30 s, once per PyTorch and Python version) into
@@ -51,9 +55,9 @@ def _build():
     built = directory / "wsgemm_fast_path.so"
     if built.is_file():
         # Built for this source, PyTorch and Python (the directory's name says so):
-        # import it without cpp_extension.load's ninja run (~0.4 s per process). A
-        # file another process is still linking fails to import: then load() below
-        # waits for that build (its lock file) instead.
+        # import it without cpp_extension.load's checks (0.41 s per process on the
+        # H200's machine, results/cold_start.md). A file another process is still
+        # linking fails to import: then load() below waits for that build instead.
         try:
             return _import_built(built)
         except ImportError:

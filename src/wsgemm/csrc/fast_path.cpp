@@ -153,16 +153,21 @@ bool remember(py::handle a, py::handle b, py::object run, py::object kernel, py:
 }
 
 // The plan's result for (a, b): launched here if direct, else by its Python run.
+// The callables are held by reference for the call: another thread may forget() the
+// plan while this one is inside Python (the map entry is then gone, not its objects).
 py::object run_plan(const RememberedPlan& plan, py::handle a, py::handle b) {
   if (plan.kernel.is_none()) {
+    const py::object run = plan.run;
     PyObject* args[] = {a.ptr(), b.ptr(), Py_None};
-    return py::reinterpret_steal<py::object>(check_call(PyObject_Vectorcall(plan.run.ptr(), args, 3, nullptr)));
+    return py::reinterpret_steal<py::object>(check_call(PyObject_Vectorcall(run.ptr(), args, 3, nullptr)));
   }
+  const py::object kernel = plan.kernel;
+  const py::object clusters = plan.clusters;
   const at::Tensor& tensor_a = THPVariable_Unpack(a.ptr());
   auto out = py::reinterpret_steal<py::object>(
       THPVariable_Wrap(at::empty(plan.shape, tensor_a.options().dtype(plan.dtype))));
-  PyObject* args[] = {a.ptr(), b.ptr(), out.ptr(), plan.clusters.ptr()};
-  py::reinterpret_steal<py::object>(check_call(PyObject_Vectorcall(plan.kernel.ptr(), args, 4, nullptr)));
+  PyObject* args[] = {a.ptr(), b.ptr(), out.ptr(), clusters.ptr()};
+  py::reinterpret_steal<py::object>(check_call(PyObject_Vectorcall(kernel.ptr(), args, 4, nullptr)));
   return out;
 }
 
