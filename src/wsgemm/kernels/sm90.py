@@ -352,19 +352,7 @@ class Sm90Gemm(GemmKernelBase):
                                             scheduler.edge_tile_offset(tile_m, tiles_m, overhang_m))
             _, b_boxes = self.operand_boxes(tma_b, mB, sB, self.tile_mnk[1], cta_m, cm,
                                             scheduler.edge_tile_offset(tile_n, tiles_n, overhang_n))
-            loads_a = Boolean(True)
-            loads_b = Boolean(True)
-            tx_bytes = None
-            if cutlass.const_expr(cm > 1 or cn > 1):
-                # Every CTA of a multicast group has the same tile of the operand it
-                # shares, so all of them skip it or none.
-                loads_a = tile_m < tiles_m
-                loads_b = tile_n < tiles_n
-                tx_bytes = Int32(ring.tx_bytes)
-                if not loads_a:
-                    tx_bytes -= self.a_stage_bytes
-                if not loads_b:
-                    tx_bytes -= self.b_stage_bytes
+            loads_a, loads_b, tx_bytes = self.operand_loads_of_tile(ring, tile_m, tile_n, tiles_m, tiles_n)
 
             def issue_copies(kb, slot, full):
                 if loads_a:
@@ -383,6 +371,27 @@ class Sm90Gemm(GemmKernelBase):
             # (onto SMs this grid leaves) once every CTA has said so.
             cute.arch.griddepcontrol_launch_dependents()
         ring.producer_tail(slot, parity)
+
+    @cute.jit
+    def operand_loads_of_tile(self, ring: SmemRing, tile_m, tile_n, tiles_m, tiles_n):
+        """(loads A, loads B, bytes each stage announces) for a tile: a padding tile
+        of a cluster skips the operand box that lies wholly past the edge (see the
+        producer). ``None`` bytes: every stage's full count, without clusters, where
+        no tile is padding."""
+        loads_a = Boolean(True)
+        loads_b = Boolean(True)
+        tx_bytes = None
+        if cutlass.const_expr(self.config.cluster_m > 1 or self.config.cluster_n > 1):
+            # Every CTA of a multicast group has the same tile of the operand it
+            # shares, so all of them skip it or none.
+            loads_a = tile_m < tiles_m
+            loads_b = tile_n < tiles_n
+            tx_bytes = Int32(ring.tx_bytes)
+            if not loads_a:
+                tx_bytes -= self.a_stage_bytes
+            if not loads_b:
+                tx_bytes -= self.b_stage_bytes
+        return loads_a, loads_b, tx_bytes
 
     @cute.jit
     def operand_boxes(self, tma, mX, sX, rows: int, rank, group: int, row_offset):
