@@ -1,0 +1,124 @@
+"""13 -- What a call costs on the host: the plan cache and the autograd node in C++.
+
+Teaches: a small GEMM runs for a few microseconds on the GPU, so what the CPU spends
+to launch it matters as much. A repeated ``wsgemm.gemm`` call has three host steps
+before the kernel: find the plan of this call signature (shapes, strides, dtypes,
+device, base alignment of both operands), allocate the result, and, if an input
+requires grad, record the product for autograd. In Python the first and the last
+cost microseconds each (a tuple key to build and hash; ``torch.autograd.Function``'s
+Python context object); ``wsgemm.fast_path`` does them in C++
+(``src/wsgemm/csrc/fast_path.cpp``), built on first use.
+
+Shown three ways, on this machine's CPU with stand-in plans (no GPU needed): the
+lookup, Python key against C++ key; the autograd node, ``autograd.Function`` against
+the C++ node, and what autograd sees of it; then the H200's numbers for whole calls,
+read from the committed benchmarks/results/host_overhead.json
+(benchmarks/NOTES.md section 28).
+
+Needs: any machine (a C++ compiler builds the fast path the first time, ~15 s).
+Run:   python examples/13_what_a_call_costs_on_the_host.py
+"""
+
+import json
+import statistics
+import time
+from pathlib import Path
+
+import torch
+
+from wsgemm import api, fast_path
+from wsgemm import ops  # noqa: F401  (importing it gives the fast path its backward)
+
+RESULTS = Path(__file__).resolve().parents[1] / "benchmarks" / "results"
+
+
+def microseconds(fn, calls: int = 20000, repeats: int = 5) -> float:
+    """Median over ``repeats`` loops of the host time of one call."""
+    per_call = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        per_call.append((time.perf_counter() - start) / calls * 1e6)
+    return statistics.median(per_call)
+
+
+def the_lookup(module) -> None:
+    print("1. Finding a call's plan (api._signature in Python; PlanKey in C++):")
+    a = torch.randn(64, 64).to(torch.bfloat16)
+    w_t = torch.randn(64, 64).to(torch.bfloat16).t()  # an nn.Linear weight, as gemm(x, w.t()) sees it
+    python_plans = {api._signature(a, w_t, None, None, None): "the plan"}
+    module.remember(a, w_t, "the plan")
+    python_us = microseconds(lambda: python_plans.get(api._signature(a, w_t, None, None, None)))
+    cpp_us = microseconds(lambda: module.find(a, w_t))
+    print(f"   Python: a tuple of {len(api._signature(a, w_t, None, None, None))} fields (shapes and strides "
+          f"as tuples), built and hashed per call: {python_us:.2f} us")
+    print(f"   C++:    14 integers, hashed without Python objects: {cpp_us:.2f} us "
+          f"({python_us / cpp_us:.0f}x less)")
+    other = a.t().contiguous().t()  # the same values and shape, column-major: another kernel
+    print(f"   the same shape, column-major: {module.find(other, w_t)!r} (another plan: the key holds strides)")
+    module.forget()
+    print()
+
+
+class ProductFunction(torch.autograd.Function):
+    """The same product through torch.autograd.Function, as without the fast path."""
+
+    @staticmethod
+    def forward(ctx, a, b):
+        ctx.save_for_backward(a, b)
+        return a @ b
+
+    @staticmethod
+    def backward(ctx, grad):
+        a, b = ctx.saved_tensors
+        return grad @ b.mT, a.mT @ grad
+
+
+def the_autograd_node(module) -> None:
+    print("2. Recording the product for autograd:")
+    a = torch.randn(8, 8, requires_grad=True)
+    b = torch.randn(8, 8)
+    product = lambda x, y, out_dtype: x @ y  # noqa: E731  (a stand-in forward; wsgemm's launches the kernel)
+    function_us = microseconds(lambda: ProductFunction.apply(a, b))
+    node_us = microseconds(lambda: module.record_product(product, a, b, None))
+    plain_us = microseconds(lambda: a.detach() @ b)
+    print(f"   the product alone: {plain_us:.2f} us; through autograd.Function: {function_us:.2f} us; "
+          f"recorded by the C++ node: {node_us:.2f} us")
+    d = module.record_product(product, a, b, None)
+    print(f"   d.grad_fn: {d.grad_fn.name()}, whose inputs are {[type(f).__name__ for f, _ in d.grad_fn.next_functions]}"
+          " (a's gradient accumulator; b needs none)")
+    print("   Its backward is Python (wsgemm.ops._eager_backward): dA = dD B^T and dB = A^T dD as wsgemm")
+    print("   products on transposed views, called only for the gradients asked for.\n")
+
+
+def the_h200_numbers() -> None:
+    print("3. Whole calls on the H200's host (benchmarks/results/host_overhead.json, 64x64x64, bf16):")
+    rows = json.loads((RESULTS / "host_overhead.json").read_text())["rows"]["64x64x64"]
+    us = {name: row["median_us"] for name, row in rows.items()}
+    for call, ours, without, theirs in (
+        ("a new result", "wsgemm.gemm(a, w.t())", "wsgemm.gemm(a, w.t()), without the fast path",
+         "torch.matmul(a, w.t())"),
+        ("an input requires grad", "wsgemm.gemm(a, w.t()), a requires grad",
+         "wsgemm.gemm(a, w.t()), a requires grad, without the fast path", "torch.matmul(a, w.t()), a requires grad"),
+    ):
+        print(f"   {call:24s} wsgemm {us[ours]:5.2f} us (Python path {us[without]:5.2f}), "
+              f"torch.matmul {us[theirs]:5.2f} us")
+    print(f"   of which the TVM-FFI call (argument checks, TMA descriptors, the launch) "
+          f"{us['parts: TVM-FFI kernel call alone']:.2f} us")
+
+
+def main() -> None:
+    module = fast_path.load()
+    if module is None:
+        print("The fast path could not be built here (see the warning above); wsgemm runs the same steps in Python.")
+        the_h200_numbers()
+        return
+    print(f"The fast path: {Path(module.__file__).name} in {fast_path.build_directory()}\n")
+    the_lookup(module)
+    the_autograd_node(module)
+    the_h200_numbers()
+
+
+if __name__ == "__main__":
+    main()
