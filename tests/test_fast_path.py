@@ -72,7 +72,7 @@ def test_a_cached_call_skips_the_python_signature_and_runs_the_same_plan(module,
 
     def make_plan(a, b, out, out_dtype, config):  # a CPU stand-in, run by Python: the product, via torch
         plans_made.append((tuple(a.shape), tuple(b.shape)))
-        return types.SimpleNamespace(mode="copy", run=lambda a, b, out: torch.matmul(a, b))
+        return types.SimpleNamespace(launches_directly=False, run=lambda a, b, out: torch.matmul(a, b))
 
     monkeypatch.setattr(api, "make_plan", make_plan)
     a, b = operand(64, 32, dtype=torch.float32), operand(48, 32, dtype=torch.float32).t()
@@ -111,8 +111,8 @@ def cpu_products(monkeypatch, fresh_plans):
             kernel(x, y, result, 3)
             return result
 
-        return types.SimpleNamespace(mode="direct", workspace=(0, 0), kernel=kernel, clusters=3, shape=shape,
-                                     dtype=dtype, run=run)
+        return types.SimpleNamespace(launches_directly=True, kernel=kernel,
+                                     clusters=3, shape=shape, dtype=dtype, run=run)
 
     monkeypatch.setattr(api, "make_plan", make_plan)
     return products

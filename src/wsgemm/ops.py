@@ -79,6 +79,17 @@ def _eager_product(x, y, out_dtype):
     return api.gemm(x, y, out_dtype=out_dtype)
 
 
+def _eager_forward(a, b, out_dtype):
+    """The product of eager autograd, run with autograd off (by EagerGemm and by the
+    fast path's node alike)."""
+    return api.gemm_eager(a, b, None, out_dtype, None)
+
+
+def _eager_backward(grad, a, b, needs_a, needs_b):
+    """(dA, dB) of eager autograd (EagerGemm's backward and the fast path's node's)."""
+    return _gradients(a, b, grad, needs_a, needs_b, _eager_product)
+
+
 class EagerGemm(torch.autograd.Function):
     """``a @ b`` with autograd, outside ``torch.compile``: the operator's formula
     without its dispatch (see the module docstring)."""
@@ -86,12 +97,12 @@ class EagerGemm(torch.autograd.Function):
     @staticmethod
     def forward(ctx, a, b, out_dtype):
         ctx.save_for_backward(a, b)
-        return api.gemm_eager(a, b, None, out_dtype, None)
+        return _eager_forward(a, b, out_dtype)
 
     @staticmethod
     def backward(ctx, grad):
         a, b = ctx.saved_tensors
-        return (*_gradients(a, b, grad, ctx.needs_input_grad[0], ctx.needs_input_grad[1], _eager_product), None)
+        return (*_eager_backward(grad, a, b, ctx.needs_input_grad[0], ctx.needs_input_grad[1]), None)
 
 
 # ``autograd.Function.apply`` is a Python classmethod that, before the C++ apply that
@@ -102,16 +113,6 @@ class EagerGemm(torch.autograd.Function):
 # calls the C++ apply directly; under a transform it keeps the full path.
 _record_eager_gemm = torch._C._FunctionBase.__dict__["apply"].__get__(None, EagerGemm)
 _unwrap_if_dead = getattr(torch._C._functorch, "unwrap_if_dead", None)  # private: checked once
-
-
-def _eager_forward(a, b, out_dtype):
-    """The fast path's forward (run with autograd off): what EagerGemm.forward computes."""
-    return api.gemm_eager(a, b, None, out_dtype, None)
-
-
-def _eager_backward(grad, a, b, needs_a, needs_b):
-    """The fast path's backward: what EagerGemm.backward computes."""
-    return _gradients(a, b, grad, needs_a, needs_b, _eager_product)
 
 
 def _fast_path_recorder():
