@@ -3,9 +3,20 @@ import dataclasses
 import pytest
 
 from wsgemm import config as cfg
-from wsgemm.heuristics import (BAND_CLUSTERS, H200, SPARE_EPILOGUE_BUFFERS, candidates_to_time, choose_config,
-                               estimate_seconds, pingpong_variant, ranked_sm90_configs, table_winner_or_model,
-                               with_spare_epilogue_buffers)
+from wsgemm.heuristics import (
+    BAND_CLUSTERS,
+    H200,
+    ONE_WAVE_MIN_K_BLOCKS,
+    SPARE_EPILOGUE_BUFFERS,
+    candidates_to_time,
+    choose_config,
+    estimate_seconds,
+    pingpong_variant,
+    ranked_sm90_configs,
+    resident_clusters,
+    table_winner_or_model,
+    with_spare_epilogue_buffers,
+)
 
 H200_SMS = 132
 
@@ -153,6 +164,40 @@ def test_a_cluster_pads_the_grid_and_multicast_shares_the_loads():
     # A load-bound narrow tile: pairs halve each CTA's weight bytes.
     alone = estimate_seconds(128, 4096, 4096, 1, H200_SMS, 64, 64)
     assert estimate_seconds(128, 4096, 4096, 1, H200_SMS, 64, 64, cluster_m=2) <= alone
+
+
+def test_clusters_of_four_and_eight_fit_the_gpcs_not_the_sm_count():
+    # The H200's driver fits 30 clusters of 4 and 15 of 8 (NOTES section 30), 66 pairs.
+    assert [resident_clusters(H200_SMS, size) for size in (1, 2, 4, 8)] == [132, 66, 30, 15]
+
+
+def test_one_wave_of_a_long_k_loop_shares_l2_and_clusters_along_n():
+    """Measured on an H200 (NOTES section 30): at 320-384x2560x8192, 64x128 tiles in
+    2x2 clusters (30 clusters, one wave) ran 1.2x faster than the 128x128 split tiles
+    the model chose before, which it had rated faster by charging each CTA its L2
+    port's full rate."""
+    for m in (320, 384):
+        c = choose_config("sm90", m, 2560, 8192, 1, H200_SMS)
+        assert (c.tile_m, c.tile_n, c.cluster_m, c.cluster_n, c.split_k) == (64, 128, 2, 2, 1)
+    # L2's share: the same tiles, 132 of them at once, each read slower than 66.
+    full_wave = estimate_seconds(128 * 66, 256, 8192, 1, H200_SMS, 128, 128)
+    half_wave = estimate_seconds(128 * 33, 256, 8192, 1, H200_SMS, 128, 128)
+    assert full_wave > 1.2 * half_wave
+    # ... and a 2x2 cluster reads less of it than a pair along M.
+    assert (estimate_seconds(384, 2560, 8192, 1, H200_SMS, 64, 128, cluster_m=2, cluster_n=2)
+            < estimate_seconds(384, 2560, 8192, 1, H200_SMS, 64, 128, cluster_m=2))
+
+
+def test_clusters_along_n_only_in_one_wave_of_a_long_k_loop():
+    def along_n(m, n, k):
+        return {(c.tile_m, c.cluster_m) for _, c in ranked_sm90_configs(m, n, k, 1, H200_SMS) if c.cluster_n > 1}
+
+    assert along_n(384, 2560, 8192)
+    # Short k-loop, or more than one wave: never (the model as fitted before).
+    assert not along_n(384, 2560, (ONE_WAVE_MIN_K_BLOCKS - 1) * 64)
+    assert not along_n(8192, 8192, 8192)
+    # 64-row tiles pair along N only in 2x2 clusters.
+    assert (64, 1) not in along_n(384, 2560, 8192)
 
 
 def test_swapped_tokens_take_one_narrow_tile_or_two_paired_ones():

@@ -48,6 +48,12 @@ class ThroughputModel:
     # One SM's bandwidth to L2 (operand tiles other tiles also read, which L2 serves,
     # and the split-K fix-up's fp32 stores and loads): ~64 B per clock at 1.98 GHz.
     sm_l2_bytes_per_s: float = 120e9
+    # ... but not all SMs at once: what L2 serves to every SM together. 128x128 tiles
+    # of one wave, unclustered, drew 8.8-10 TB/s in all (96-120 CTAs, 32 KB per
+    # k-block each; benchmarks/NOTES.md sections 26 and 29), so a CTA of a full wave
+    # gets ~60 GB/s, half its own port's rate, and a cluster that multicasts a shared
+    # operand tile reads less of it. Fitted to 13 one-wave sweeps (section 30).
+    l2_bytes_per_s: float = 8e12
     smem_bytes: int = 227 * 1024
     # Rows of a TMA box past the tensor's edge are zero-filled, and not for free: a
     # 64-row A box holding one real row (M = 1) made 64x64 tiles ~1.6x slower than at
@@ -79,6 +85,24 @@ MMA_EFFICIENCY = {
     # Narrow N (swap_ab for decode): bound by the weights' bytes, not the MMA; rough.
     (128, 32): 0.40, (128, 16): 0.30, (64, 32): 0.35, (64, 16): 0.25,
 }
+# One wave of a long k-loop: where a configuration's work items all run at once
+# (one wave) for at least this many k-blocks (K >= 4096 with 64-deep blocks), every
+# CTA pulls its operands from L2 for most of the run. There the model charges each
+# CTA its share of L2's bandwidth (``ThroughputModel.l2_bytes_per_s``), rates 64-row
+# tiles 64 to 256 wide ``ONE_WAVE_64_ROW_GAIN`` faster (their MMA_EFFICIENCY held
+# back the L2 traffic that this share now charges: in one wave 64x128 tiles ran a
+# k-block in 0.177 us against a wgmma bound of 0.129, 0.73 of peak) and considers
+# clusters along N (``_clusters``); not for one tile row, whose weight streams from
+# HBM, and the 64-row gain only for work items whose own k-loop is that long (64-row
+# split tiles lost up to 13 % by it). Fitted to 13 one-wave sweeps at K = 4096-14336;
+# side by side on the 81 grid shapes whose plan it changes, 1.054x faster in the
+# geometric mean (0.909x -> 0.959x of cuBLAS; 14 shapes 4-13 % slower, at N <= 2048
+# mostly; benchmarks/NOTES.md section 30). Elsewhere the model is as fitted before:
+# with short k-loops launch and epilogue costs it does not weigh decide (64x160 tiles at 1024^3 ran 1.2x
+# slower than the 64x128 tiles this term ties them with), and over several waves
+# the term moved M = 896-2944 problems to tiles 4-14 % slower.
+ONE_WAVE_MIN_K_BLOCKS = 64
+ONE_WAVE_64_ROW_GAIN = 1.15
 SPLITS = (1, 2, 3, 4, 6, 8)
 # Swap A and B up to this M: the tokens then fill one or two narrow N tiles (measured
 # at M = 96 and 128 on 6144-wide weights: 0.85x -> 1.0x of cuBLAS; NOTES section 13).
@@ -92,11 +116,20 @@ MIN_K_BLOCKS_PER_SPLIT = 4
 MAX_WAVES_TO_SPLIT = 4
 
 
+# Share of the SMs that clusters of 4 and 8 CTAs can fill at once. A cluster sits in
+# one GPC, and the H200's GPCs do not all hold a multiple of 4 SMs: its driver fits
+# 30 clusters of 4 and 15 of 8 (not 33 and 16), and 66 of 2
+# (``wsgemm.api.max_active_clusters``, asked on the H200 in benchmarks/NOTES.md
+# section 30). Pairs fit whole.
+LARGE_CLUSTER_SLOT_SHARE = {4: 30 * 4 / 132, 8: 15 * 8 / 132}
+
+
 def resident_clusters(sm_count: int, cluster_size: int) -> int:
     """Clusters of ``cluster_size`` CTAs the model assumes resident at once: one CTA per
-    SM. About: a cluster sits in one GPC, so the driver may fit fewer (30, not 33, of
-    4 on an H200; ``wsgemm.api.max_active_clusters`` asks it)."""
-    return max(1, sm_count // cluster_size)
+    SM, less what the GPCs leave over for clusters of 4 and 8
+    (``LARGE_CLUSTER_SLOT_SHARE``)."""
+    share = LARGE_CLUSTER_SLOT_SHARE.get(cluster_size, 1.0)
+    return max(1, int(sm_count * share) // cluster_size)
 
 
 def estimate_seconds(m: int, n: int, k: int, batches: int, sm_count: int, tile_m: int, tile_n: int,
@@ -107,15 +140,21 @@ def estimate_seconds(m: int, n: int, k: int, batches: int, sm_count: int, tile_m
     With ``split_k > 1`` only the tiles of the last partial wave are split
     (``kernels/common/split_k.py``): full waves of whole tiles, then the split tail.
     A cluster pads the tile grid to whole clusters, and its CTAs share the operand
-    tiles they have in common through multicast (one L2 read for the cluster).
+    tiles they have in common through multicast (one L2 read for the cluster). The
+    CTAs resident at once share L2's bandwidth (``ThroughputModel.l2_bytes_per_s``).
     """
     cluster = cluster_m * cluster_n
     units = ceil_div(ceil_div(m, tile_m), cluster_m) * ceil_div(ceil_div(n, tile_n), cluster_n) * batches
     slots = resident_clusters(sm_count, cluster)
     tail = units % slots if split_k > 1 else 0
     k_blocks = ceil_div(k, TILE_K)
+    work_items = units - tail + tail * split_k
+    # One tile row (M <= tile_m): the weight streams from HBM, which the loads below
+    # charge already, and the tokens' small A tile stays in L2.
+    shares_l2 = k_blocks >= ONE_WAVE_MIN_K_BLOCKS and work_items <= slots and m > tile_m
     tile_seconds = functools.partial(_tile_seconds, m, n, tile_m=tile_m, tile_n=tile_n, model=model,
-                                     cluster_m=cluster_m, cluster_n=cluster_n)
+                                     cluster_m=cluster_m, cluster_n=cluster_n,
+                                     resident_ctas=work_items * cluster if shares_l2 else None)
     busiest_sm = (units - tail) // slots * tile_seconds(k_blocks)
     if tail:
         split_blocks = ceil_div(k_blocks, split_k)
@@ -131,18 +170,27 @@ def estimate_seconds(m: int, n: int, k: int, batches: int, sm_count: int, tile_m
 
 
 def _tile_seconds(m: int, n: int, k_blocks: int, tile_m: int, tile_n: int, model: ThroughputModel,
-                  cluster_m: int = 1, cluster_n: int = 1) -> float:
-    """One work item of ``k_blocks`` k-blocks: bound by its MMAs or its operand loads."""
+                  cluster_m: int = 1, cluster_n: int = 1, resident_ctas: int | None = None) -> float:
+    """One work item of ``k_blocks`` k-blocks: bound by its MMAs or its operand loads.
+    ``resident_ctas``: in one wave of a long k-loop, the CTAs that share L2's
+    bandwidth with this one (``ONE_WAVE_MIN_K_BLOCKS``); ``None``: it reads at its
+    port's rate."""
     k_elems = k_blocks * TILE_K
-    mma = 2 * tile_m * tile_n * k_elems / (model.mma_flops_per_sm * MMA_EFFICIENCY[tile_m, tile_n])
+    efficiency = MMA_EFFICIENCY[tile_m, tile_n]
+    if resident_ctas is not None and tile_m == 64 and tile_n >= 64 and k_blocks >= ONE_WAVE_MIN_K_BLOCKS:
+        efficiency *= ONE_WAVE_64_ROW_GAIN
+    mma = 2 * tile_m * tile_n * k_elems / (model.mma_flops_per_sm * efficiency)
     stage_bytes = (tile_m + tile_n) * TILE_K * 2
     stages = min(DEFAULT_MAX_STAGES, (model.smem_bytes - EPILOGUE_SMEM_BYTES) // stage_bytes)
     a_rows, b_rows = min(tile_m, m), min(tile_n, n)
     in_flight = stages * (a_rows + b_rows) * TILE_K * 2
     # An operand tile only this tile reads (the weight of a decode GEMM: one M tile)
     # streams from HBM; one that other tiles share is mostly an L2 hit.
-    a_rate = model.sm_hbm_bytes_per_s if ceil_div(n, tile_n) == 1 else model.sm_l2_bytes_per_s
-    b_rate = model.sm_hbm_bytes_per_s if ceil_div(m, tile_m) == 1 else model.sm_l2_bytes_per_s
+    l2_rate = model.sm_l2_bytes_per_s
+    if resident_ctas is not None:
+        l2_rate = min(l2_rate, model.l2_bytes_per_s / resident_ctas)
+    a_rate = model.sm_hbm_bytes_per_s if ceil_div(n, tile_n) == 1 else l2_rate
+    b_rate = model.sm_hbm_bytes_per_s if ceil_div(m, tile_m) == 1 else l2_rate
     a_rate, b_rate = (min(rate, in_flight / model.load_latency_s) for rate in (a_rate, b_rate))
     oob_rows = tile_m + tile_n - a_rows - b_rows
     # Multicast: each CTA of a cluster row issues 1/cluster_n of the shared A tile, and
@@ -269,9 +317,11 @@ def _candidates(m, n, k, batches, sm_count, tile_ms, tile_ns, swap_ab, model):
     for tile_m in tile_ms:
         for tile_n in tile_ns:
             tiles_m, tiles_n = ceil_div(m, tile_m), ceil_div(n, tile_n)
-            for cluster_m, cluster_n in _clusters(tiles_m, tiles_n, swap_ab):
+            for cluster_m, cluster_n in _clusters(tile_m, tiles_m, tiles_n, swap_ab):
                 units = ceil_div(tiles_m, cluster_m) * ceil_div(tiles_n, cluster_n) * batches
                 slots = resident_clusters(sm_count, cluster_m * cluster_n)
+                if cluster_n > 1 and not swap_ab and (units > slots or k_blocks < ONE_WAVE_MIN_K_BLOCKS):
+                    continue  # see _clusters
                 tail = units % slots  # the last partial wave: all of them below one wave
                 for split in SPLITS:
                     # Split only to fill idle SMs, within one wave: past it, every extra
@@ -289,14 +339,25 @@ def _candidates(m, n, k, batches, sm_count, tile_ms, tile_ns, swap_ab, model):
                                               split_k=split, swap_ab=swap_ab)
 
 
-def _clusters(tiles_m, tiles_n, swap_ab):
+def _clusters(tile_m, tiles_m, tiles_n, swap_ab):
     """Cluster shapes worth modelling. Plain: B (the weight) is multicast along M, so
     pair M tiles when there are two or more (measured at M = 96-512: 3-14 % faster than
-    unpaired; NOTES section 13). Swapped: the weight is A, multicast along N; two N
-    tiles of tokens are always paired (see ``_swapped_candidates``)."""
+    unpaired; NOTES section 13). Clusters along N also multicast A, where there are
+    two tile rows or more: 2x2, and 1x2 for 128-row tiles. ``_candidates`` keeps them only
+    where the clusters fit one wave of a long k-loop (``ONE_WAVE_MIN_K_BLOCKS``),
+    where L2 binds: at 320-384x2560x8192, 64x128 tiles in 2x2 clusters ran 1.2x
+    faster than the 128x128 split tiles the model chose before, and cuBLAS runs
+    such shapes in 4x2 and 1x2 clusters. Past one wave 2x2 clusters ran 9 % slower
+    than 1x2 at 8192x8192 with K <= 512 (section 19); 64-row tiles in 1x2 clusters,
+    whose A box is 8 KB a k-block, ran up to 1.2x slower than unclustered ones
+    (NOTES section 30). Swapped: the weight is A, multicast along N; two N tiles of
+    tokens are always paired (see ``_swapped_candidates``)."""
     if swap_ab:
         return [(1, 2)] if tiles_n == 2 else [(1, 1)]
-    return [(1, 1), (2, 1)] if tiles_m >= 2 else [(1, 1)]
+    along_m = [(1, 1), (2, 1)] if tiles_m >= 2 else [(1, 1)]
+    if tiles_m < 2 or tiles_n < 2:
+        return along_m
+    return along_m + [(cluster_m, 2) for cluster_m, _ in along_m if cluster_m == 2 or tile_m == 128]
 
 
 def choose_config(arch: str, m: int, n: int, k: int, batches: int, sm_count: int,
