@@ -21,6 +21,7 @@ import torch
 
 from . import compile as compile_mod
 from . import config as cfg
+from . import fast_path
 from .dispatch import HARDWARE_VERIFIED_ARCHS, arch_for_capability
 from . import autotune
 from .autotune import AUTOTUNE
@@ -574,10 +575,8 @@ def forget_plans() -> None:
         module.forget()
 
 
-@functools.lru_cache(maxsize=1)
 def _fast_path_module():
-    from . import fast_path
-
+    """The C++ extension, or None; ``fast_path.load`` decides once per process."""
     return fast_path.load()
 
 

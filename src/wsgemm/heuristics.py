@@ -98,11 +98,17 @@ MMA_EFFICIENCY = {
 # side by side on the 81 grid shapes whose plan it changes, 1.054x faster in the
 # geometric mean (0.909x -> 0.959x of cuBLAS; 14 shapes 4-13 % slower, at N <= 2048
 # mostly; benchmarks/NOTES.md section 30). Elsewhere the model is as fitted before:
-# with short k-loops launch and epilogue costs it does not weigh decide (64x160 tiles at 1024^3 ran 1.2x
-# slower than the 64x128 tiles this term ties them with), and over several waves
-# the term moved M = 896-2944 problems to tiles 4-14 % slower.
+# with short k-loops launch and epilogue costs it does not weigh decide (64x160
+# tiles at 1024^3 ran 1.2x slower than the 64x128 tiles this term ties them with),
+# and over several waves the term moved M = 896-2944 problems to tiles 4-14 %
+# slower.
 ONE_WAVE_MIN_K_BLOCKS = 64
 ONE_WAVE_64_ROW_GAIN = 1.15
+
+
+def _one_long_wave(work_items: int, slots: int, k_blocks: int) -> bool:
+    """All work items run at once, over a k-loop of at least ``ONE_WAVE_MIN_K_BLOCKS``."""
+    return work_items <= slots and k_blocks >= ONE_WAVE_MIN_K_BLOCKS
 SPLITS = (1, 2, 3, 4, 6, 8)
 # Swap A and B up to this M: the tokens then fill one or two narrow N tiles (measured
 # at M = 96 and 128 on 6144-wide weights: 0.85x -> 1.0x of cuBLAS; NOTES section 13).
@@ -151,7 +157,7 @@ def estimate_seconds(m: int, n: int, k: int, batches: int, sm_count: int, tile_m
     work_items = units - tail + tail * split_k
     # One tile row (M <= tile_m): the weight streams from HBM, which the loads below
     # charge already, and the tokens' small A tile stays in L2.
-    shares_l2 = k_blocks >= ONE_WAVE_MIN_K_BLOCKS and work_items <= slots and m > tile_m
+    shares_l2 = _one_long_wave(work_items, slots, k_blocks) and m > tile_m
     tile_seconds = functools.partial(_tile_seconds, m, n, tile_m=tile_m, tile_n=tile_n, model=model,
                                      cluster_m=cluster_m, cluster_n=cluster_n,
                                      resident_ctas=work_items * cluster if shares_l2 else None)
@@ -320,7 +326,7 @@ def _candidates(m, n, k, batches, sm_count, tile_ms, tile_ns, swap_ab, model):
             for cluster_m, cluster_n in _clusters(tile_m, tiles_m, tiles_n, swap_ab):
                 units = ceil_div(tiles_m, cluster_m) * ceil_div(tiles_n, cluster_n) * batches
                 slots = resident_clusters(sm_count, cluster_m * cluster_n)
-                if cluster_n > 1 and not swap_ab and (units > slots or k_blocks < ONE_WAVE_MIN_K_BLOCKS):
+                if cluster_n > 1 and not swap_ab and not _one_long_wave(units, slots, k_blocks):
                     continue  # see _clusters
                 tail = units % slots  # the last partial wave: all of them below one wave
                 for split in SPLITS:
