@@ -322,8 +322,15 @@ def test_a_measured_winner_gives_way_only_where_its_waves_fit_worse_than_where_i
     assert table_winner_or_model(swapped, 2048, 1536, 4096, 4096, 1, H200_SMS) == swapped
 
 
-def test_a_one_wave_winner_serves_its_whole_bucket():
-    """64 clusters of 128x128 tiles at M = 512 (one wave): at M = 320 the model's per-tile
-    rates, not the waves, would decide, and its picks there measured slower."""
-    winner = cfg.GemmConfig(tile_m=128, tile_n=128, cluster_m=2)
-    assert table_winner_or_model(winner, 512, 320, 4096, 4096, 1, H200_SMS) == winner
+def test_a_one_wave_winner_gives_way_where_fewer_tile_rows_leave_sms_idle():
+    """The M = 512 winner of the 8192x8192 weight, 128x256 tiles in 2x1 clusters: 128
+    CTAs over 4 tile rows. Over the 3 rows of M = 320 it would run 96 CTAs on 132
+    SMs, and the model's pick (128x192 in 1x2 clusters, 129 CTAs) serves; at M = 448,
+    4 rows again, the winner does."""
+    winner = cfg.GemmConfig(tile_m=128, tile_n=256, cluster_m=2)
+    here = table_winner_or_model(winner, 512, 320, 8192, 8192, 1, H200_SMS)
+    assert here == choose_config("sm90", 320, 8192, 8192, 1, H200_SMS)
+    assert (here.tile_m, here.tile_n, here.cluster_m, here.cluster_n) == (128, 192, 1, 2)
+    assert table_winner_or_model(winner, 512, 448, 8192, 8192, 1, H200_SMS) == winner
+
+

@@ -5,8 +5,8 @@ import pytest
 import torch
 
 from wsgemm import GemmConfig, api, autotune
-from wsgemm.tuned_table import MEASURED
 from wsgemm.heuristics import choose_config, with_launch_policy
+from wsgemm.tuned_table import MEASURED
 
 H200_SMS = 132
 bf16 = torch.bfloat16
@@ -39,7 +39,7 @@ def test_swap_is_part_of_the_config_a_caller_can_turn_off():
 
 def test_swap_needs_2d_operands_else_it_is_dropped():
     x, w = meta(3, 4, 4096), meta(2048, 4096)  # batched activations: folded, not swapped
-    mode, spec, problem = plan(x, w.t(), GemmConfig(tile_m=128, tile_n=32, swap_ab=True))
+    mode, _spec, problem = plan(x, w.t(), GemmConfig(tile_m=128, tile_n=32, swap_ab=True))
     assert mode == "fold" and problem == (12, 2048, 1)
 
 
@@ -116,13 +116,16 @@ def test_a_winner_whose_waves_do_not_fit_a_smaller_m_gives_way_to_the_model():
     assert planned_tile(1536, 4096, 4096) == (128, 192, 2)
 
 
-def test_one_wave_winners_and_decode_winners_serve_their_whole_bucket():
-    # M = 512's winner fills one wave: at M = 320-384 its per-tile rate, not its
-    # waves, decides, and the model's picks there measured slower.
+def test_a_one_wave_winner_gives_way_over_fewer_tile_rows_and_decode_winners_do_not():
+    # M = 512's winner fills one wave with 128 CTAs over 4 tile rows; over the 3 rows
+    # of M = 320-384 it would leave 36 SMs idle, and the model's pick serves (NOTES
+    # section 31).
     fields = table_fields(512, 4096, 4096)
     expected = (fields.get("tile_m", 128), fields.get("tile_n", 256))
-    for m in (320, 384, 512):
-        assert planned_tile(m, 4096, 4096)[:2] == expected
+    assert planned_tile(512, 4096, 4096)[:2] == expected
+    for m in (320, 384):
+        config = choose_config("sm90", m, 4096, 4096, 1, 132, can_swap=True)
+        assert planned_tile(m, 4096, 4096)[:2] == (config.tile_m, config.tile_n) != expected
     # M <= 128 (memory-bound): the table's winner, whatever the model says.
     fields = table_fields(128, 6144, 4096)
     assert planned_tile(112, 6144, 4096)[:2] == (fields.get("tile_m", 128), fields.get("tile_n", 256))
@@ -226,7 +229,7 @@ def test_the_launch_policy_drops_2x1_clusters_over_one_or_three_tile_rows():
     rows in the last cluster row; over 3 rows that ran up to 40 % slower than no
     clusters (NOTES section 25; 2-4 % since the producer skips all-padding boxes),
     over 7 as fast. Whatever chose the config: the table's M <= 512 entry for
-    4096x4096 weights (128x128 in 2x1 clusters) runs unclustered at M = 384."""
+    28672x4096 weights (128x224 in 2x1 clusters) runs unclustered at M = 384."""
     pair = GemmConfig(tile_m=128, tile_n=128, cluster_m=2)
     for m in (128, 384, 300):
         assert with_launch_policy("sm90", pair, m, 4096, 4096, 1, 132).cluster_m == 1
@@ -237,9 +240,9 @@ def test_the_launch_policy_drops_2x1_clusters_over_one_or_three_tile_rows():
     # 64-row tiles keep theirs since the producer skips all-padding boxes (NOTES section 26).
     short = GemmConfig(tile_m=64, tile_n=64, cluster_m=2)
     assert with_launch_policy("sm90", short, 192, 2048, 4096, 1, 132).cluster_m == 2
-    x, w = meta(384, 4096), meta(4096, 4096)
+    x, w = meta(384, 4096), meta(28672, 4096)
     _, spec, _ = plan(x, w.t(), gpu="NVIDIA H200")
-    assert (spec.config.tile_m, spec.config.tile_n, spec.config.cluster_m) == (128, 128, 1)
+    assert (spec.config.tile_m, spec.config.tile_n, spec.config.cluster_m) == (128, 224, 1)
     _, at_512, _ = plan(meta(512, 4096), w.t(), gpu="NVIDIA H200")
     assert at_512.config.cluster_m == 2
     _, given, _ = plan(x, w.t(), pair, gpu="NVIDIA H200")
@@ -355,7 +358,7 @@ def test_a_cached_direct_plan_allocates_a_result_of_as_dtype_with_new_empty():
     from wsgemm import config as cfg
 
     launched = []
-    kernel = lambda a, b, d, clusters: launched.append((d.shape, d.dtype, clusters))  # noqa: E731
+    kernel = lambda a, b, d, clusters: launched.append((d.shape, d.dtype, clusters))
     spec = cfg.make_spec("sm90", "bf16", "bf16", "k", "k", "n", GemmConfig())
     a, b = torch.randn(48, 32, dtype=bf16), torch.randn(32, 80, dtype=bf16)
     same = api.Plan("direct", (48, 80), bf16, a.device, kernel, 3, spec)

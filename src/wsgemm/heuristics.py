@@ -389,19 +389,17 @@ def table_winner_or_model(measured: GemmConfig, measured_m: int, m: int, n: int,
     """The packaged winner ``measured`` (timed at M = ``measured_m``) for the kernel's
     (``m``, ``n``, ``k``, ``batches``) problem, unless the model puts it more than
     ``TABLE_WAVE_LOSS_MAX`` further behind its own best here than at ``measured_m``;
-    then the model's best.
+    then the model's best. Only past ``SWAP_AB_MAX_M``: below it the problems are
+    memory-bound, where the model ranks least well.
 
-    Only for winners whose tiles made more than one wave where they were measured:
-    what then changes with M is how the tiles fill the waves, which the model gets
-    right. In one wave, M changes the rate per tile, which it does not: at M = 320
-    and 384 its picks ran up to 1.14x slower than one-wave winners of the M = 512
-    buckets, and 1.05-1.45x faster than multi-wave ones. And only past
-    ``SWAP_AB_MAX_M``: below it the problems are memory-bound, where the model ranks
-    least well."""
+    What changes with M is how the tiles fill the waves. The M = 512 winners of five
+    Llama-3 weights fill one wave with 128 CTAs over 4 tile rows, and leave 36 of 132
+    SMs idle over the 3 rows of M = 257-384; there the model's picks (128x192 and
+    128x160 tiles in 1x2 clusters, 64x192 in 2x1) ran 1.07-1.24x faster on each of 30
+    shapes, 1.17x in the geometric mean (benchmarks/NOTES.md section 31). Until its
+    one-wave L2 share (section 30) the model ranked one-wave tiles badly, and the
+    winners of one wave were kept at every M of their bucket (section 26)."""
     if m == measured_m or m <= SWAP_AB_MAX_M or measured.swap_ab:
-        return measured
-    if TileGrid.for_problem(measured_m, n, batches, measured).units <= resident_clusters(
-            sm_count, measured.cluster_size):
         return measured
 
     def loss(at_m: int) -> tuple[float, GemmConfig]:
