@@ -170,6 +170,35 @@ def test_swap_ab_with_tokens_in_two_multicast_n_tiles(config, m):
     check(run(x, w.t(), config=config), x, w.t())
 
 
+@pytest.mark.parametrize("m", [136, 260, 300, 320])
+@pytest.mark.parametrize(
+    "config",
+    [GemmConfig(tile_m=128, tile_n=160, cluster_n=2, swap_ab=True),
+     GemmConfig(tile_m=64, tile_n=160, cluster_n=2, split_k=2, swap_ab=True),
+     GemmConfig(tile_m=128, tile_n=96, cluster_n=2, swap_ab=True)],
+    ids=lambda c: c.short(),
+)
+def test_swap_ab_with_more_tokens_in_two_wide_n_tiles(config, m):
+    """Past M = 128 the tokens take two N tiles up to 160 wide (M = 257-320 in two
+    160-wide tiles, the second one partly past the edge; heuristics.SWAP_TWO_TILES_MAX_M)."""
+    if not config.tile_n < m <= 2 * config.tile_n:
+        pytest.skip("the tokens do not take exactly two tiles of this width")
+    x, w = rand(m, 3000), rand(1000, 3000)
+    assert wsgemm.api.make_plan(x, w.t(), None, None, config).mode == "swap"
+    check(run(x, w.t(), config=config), x, w.t())
+    out = torch.full((m, 1000), float("nan"), device="cuda", dtype=torch.float32)
+    wsgemm.gemm(x, w.t(), out=out, config=config)
+    check(out, x, w.t(), torch.float32)
+
+
+def test_the_default_path_swaps_three_tile_rows_of_tokens_into_two_n_tiles():
+    x, w = rand(300, 8192), rand(8192, 8192)
+    plan = wsgemm.api.make_plan(x, w.t(), None, None, None)
+    # The kernel runs on the transposed views: its config's N tile holds the tokens.
+    assert plan.mode == "swap" and (plan.spec.config.tile_n, plan.spec.config.cluster_n) == (160, 2), plan
+    check(run(x, w.t()), x, w.t())
+
+
 def test_swap_ab_with_out_and_fp32_output():
     config = GemmConfig(tile_m=128, tile_n=16, split_k=2, swap_ab=True)
     x, w = rand(7, 4096), rand(2048, 4096)

@@ -8,6 +8,9 @@ from wsgemm.heuristics import (
     H200,
     ONE_WAVE_MIN_K_BLOCKS,
     SPARE_EPILOGUE_BUFFERS,
+    SWAP_TWO_TILES_MAX_M,
+    SWAP_TWO_TILES_MIN_K_BLOCKS,
+    _swapped_candidates,
     candidates_to_time,
     choose_config,
     estimate_seconds,
@@ -334,3 +337,24 @@ def test_a_one_wave_winner_gives_way_where_fewer_tile_rows_leave_sms_idle():
     assert table_winner_or_model(winner, 512, 448, 8192, 8192, 1, H200_SMS) == winner
 
 
+
+
+def test_past_m_128_tokens_swap_into_two_wide_n_tiles_where_the_model_gains():
+    """M = 257-320 in two 160-wide N tiles paired by a 1x2 cluster (128 CTAs at
+    300x8192x8192, where 128-row tiles take 3 rows of which the last is mostly
+    padding); only where the operands can swap, not past SWAP_TWO_TILES_MAX_M, and
+    not with work items (whole or split k-loops) shorter than SWAP_TWO_TILES_MIN_K_BLOCKS."""
+    swapped = choose_config("sm90", 300, 8192, 8192, 1, H200_SMS, can_swap=True)
+    assert swapped.swap_ab and (swapped.tile_m, swapped.tile_n, swapped.cluster_n) == (128, 160, 2)
+    assert not choose_config("sm90", 300, 8192, 8192, 1, H200_SMS, can_swap=False).swap_ab
+    assert not choose_config("sm90", SWAP_TWO_TILES_MAX_M + 1, 8192, 8192, 1, H200_SMS, can_swap=True).swap_ab
+    # N = 2048, K = 4096: the swapped tiles would need 16-block splits to fill the GPU;
+    # K = 256: no swapped candidate is left at all, and the plain tiles serve.
+    assert not choose_config("sm90", 300, 2048, 4096, 1, H200_SMS, can_swap=True).swap_ab
+    for m, k in ((300, 256), (136, 1024), (320, 1984)):
+        assert _swapped_candidates(m, 1100, k, H200_SMS, H200) == []
+        assert not choose_config("sm90", m, 1100, k, 1, H200_SMS, can_swap=True).swap_ab
+    for m in (136, 200, 260, 320):
+        for _, config in _swapped_candidates(m, 2048, 4096, H200_SMS, H200):
+            assert -(-64 // config.split_k) >= SWAP_TWO_TILES_MIN_K_BLOCKS
+            assert config.tile_n < m <= 2 * config.tile_n or m <= config.tile_n

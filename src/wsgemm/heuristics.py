@@ -114,6 +114,20 @@ SPLITS = (1, 2, 3, 4, 6, 8)
 # at M = 96 and 128 on 6144-wide weights: 0.85x -> 1.0x of cuBLAS; NOTES section 13).
 SWAP_AB_MAX_M = 128
 SWAP_TILE_N = (16, 32, 64, 96, 128)
+# Past that, up to this M, two N tiles of the plain widths hold the tokens (96 wide for
+# M = 129-192, 128 for 193-256, 160 for 257-320), paired by a 1x2 cluster that
+# multicasts the weight tile: at M = 257-320 128-row M tiles take a third tile row,
+# mostly padding. Where the model then gains, on 57 shapes of M = 136-192 and 260-320
+# (Llama-3 and grid weights, K >= 4096), its swapped picks ran 1.157x faster than the
+# unswapped plans (0.84x -> 0.97x of cuBLAS, whose kernel names at such M carry 136-
+# to 160-wide tiles); not past 320, where two 192-wide tiles ran 0.88-1.04x of the
+# default (benchmarks/NOTES.md section 32) ...
+SWAP_TWO_TILES_MAX_M = 320
+# ... and only for work items (whole or split k-loops) of at least this many k-blocks:
+# 16-block splits of 128x96 and 128x160 swapped tiles at N = 2048, K = 4096 ran
+# 0.82-0.98x of the unswapped 64-row tiles (their fix-up is a larger share of a
+# 10-15 us run); no two-tile swap was measured below K = 4096.
+SWAP_TWO_TILES_MIN_K_BLOCKS = 32
 PLAIN_TILE_N = (256, 224, 192, 160, 128, 96, 64)
 SWAP_AB_MIN_GAIN = 0.95  # modelled time of the best swap / the best without
 # A split needs enough k-blocks to fill its ring and amortise the fix-up.
@@ -212,13 +226,15 @@ def ranked_sm90_configs(m: int, n: int, k: int, batches: int, sm_count: int, can
 
     ``can_swap``: the operands are 2-D and TMA-readable, so ``swap_ab`` (compute
     D^T = B^T A^T) is possible; it is considered for M <= ``SWAP_AB_MAX_M``, where the
-    tokens fit one or two narrow N tiles instead of a mostly empty 64-row M tile.
+    tokens fit one or two narrow N tiles instead of a mostly empty 64-row M tile, and
+    up to ``SWAP_TWO_TILES_MAX_M``, where two N tiles hold them with less padding
+    than 128-row M tiles.
     """
     ranked = _plain_candidates(m, n, k, batches, sm_count, model)
-    if can_swap and batches == 1 and m <= SWAP_AB_MAX_M:
+    if can_swap and batches == 1 and m <= SWAP_TWO_TILES_MAX_M:
         swapped = _swapped_candidates(m, n, k, sm_count, model)
         # Swap only for a clear gain: the transposed views cost host time on every call.
-        if swapped[0][0] < SWAP_AB_MIN_GAIN * ranked[0][0]:
+        if swapped and swapped[0][0] < SWAP_AB_MIN_GAIN * ranked[0][0]:
             return _break_ties(ranked + swapped)
     return ranked
 
@@ -302,9 +318,17 @@ def _swapped_candidates(m, n, k, sm_count, model):
     cluster multicasts each weight tile to both: the L2 cannot keep a whole weight
     matrix between two separate visits, so a weight tile must be read once. (Pairs of
     16- and 32-wide tiles measured 1.2-1.8x slower than one tile: their halves of a
-    weight tile are too small a copy.)"""
-    narrow = [t for t in SWAP_TILE_N if t >= m][:1] + [t for t in SWAP_TILE_N if 64 <= t < m <= 2 * t][:1]
-    return _break_ties(list(_candidates(n, m, k, 1, sm_count, (64, 128), tuple(narrow), True, model)))
+    weight tile are too small a copy.) Past ``SWAP_AB_MAX_M`` the tiles are the plain
+    widths (``SWAP_TWO_TILES_MAX_M``), for work items long enough
+    (``SWAP_TWO_TILES_MIN_K_BLOCKS``)."""
+    widths = SWAP_TILE_N if m <= SWAP_AB_MAX_M else tuple(sorted(PLAIN_TILE_N))
+    narrow = [t for t in widths if t >= m][:1] + [t for t in widths if 64 <= t < m <= 2 * t][:1]
+    candidates = list(_candidates(n, m, k, 1, sm_count, (64, 128), tuple(narrow), True, model))
+    if m > SWAP_AB_MAX_M:
+        k_blocks = ceil_div(k, TILE_K)
+        candidates = [(seconds, config) for seconds, config in candidates
+                      if ceil_div(k_blocks, config.split_k) >= SWAP_TWO_TILES_MIN_K_BLOCKS]
+    return _break_ties(candidates) if candidates else []
 
 
 def _break_ties(ranked):
@@ -396,7 +420,8 @@ def table_winner_or_model(measured: GemmConfig, measured_m: int, m: int, n: int,
     Llama-3 weights fill one wave with 128 CTAs over 4 tile rows, and leave 36 of 132
     SMs idle over the 3 rows of M = 257-384; there the model's picks (128x192 and
     128x160 tiles in 1x2 clusters, 64x192 in 2x1) ran 1.07-1.24x faster on each of 30
-    shapes, 1.17x in the geometric mean (benchmarks/NOTES.md section 31). Until its
+    shapes, 1.17x in the geometric mean (benchmarks/NOTES.md section 31; up to
+    M = 320 its picks now swap A and B, faster again, section 32). Until its
     one-wave L2 share (section 30) the model ranked one-wave tiles badly, and the
     winners of one wave were kept at every M of their bucket (section 26)."""
     if m == measured_m or m <= SWAP_AB_MAX_M or measured.swap_ab:
