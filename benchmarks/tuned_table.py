@@ -81,8 +81,9 @@ def covers_bucket(key: str, entry: dict) -> bool:
     config = entry["config"]
     if not (isinstance(config, dict) and config.get("swap_ab")) or "|m<=" not in key:
         return True
-    bound = int(key.split("|m<=")[1].split("|")[0])
-    return config["tile_n"] * config.get("cluster_n", 1) >= bound
+    from wsgemm.autotune import bucket_shape
+
+    return config["tile_n"] * config.get("cluster_n", 1) >= bucket_shape(key).m_bound
 
 
 def merge(runs: list[dict], superseding: list[dict] = ()) -> dict:

@@ -43,6 +43,12 @@ def test_m_is_bucketed_to_the_next_power_of_two_n_and_k_are_exact():
     assert "m<=64|n=4096|k=4096" in key(50)
 
 
+def test_a_key_gives_back_its_bucket_shape():
+    full = autotune.bucket_key("NVIDIA H200", "sm90", "bf16", "fp32", ("k", "m", "n"), 300, 4096, 14336, 3)
+    assert autotune.bucket_shape(full) == (512, 4096, 14336, 3)
+    assert autotune.bucket_shape(full).m_bound == 512
+
+
 def test_a_cached_entry_is_returned_without_timing_anything(cache_dir):
     tuned = GemmConfig(tile_m=64, tile_n=128, split_k=4, lookahead=Lookahead.AFTER_COPY)
     (cache_dir / "autotune.json").write_text(json.dumps(

@@ -135,8 +135,7 @@ def test_a_measured_swap_is_not_applied_where_operands_cannot_swap():
     swapped = [key for key, fields in MEASURED.items() if fields.get("swap_ab")]
     assert swapped, "the table has swapped decode winners"
     key = swapped[0]
-    m = int(key.split("|")[4][3:])
-    n, k = (int(part.split("=")[1]) for part in key.split("|")[5:7])
+    m, n, k, _ = autotune.bucket_shape(key)
     x = meta(1, m, k)  # 3-D activations fold into one M: no swap possible
     mode, spec, _ = plan(x, meta(n, k).t(), gpu="NVIDIA H200")
     assert mode == "fold" and spec.config.tile_n >= 64

@@ -27,6 +27,7 @@ import tempfile
 import threading
 import time
 from dataclasses import asdict
+from typing import NamedTuple
 
 import torch
 
@@ -77,6 +78,20 @@ def bucket_bound(m: int) -> int:
 def bucket_key(gpu: str, arch: str, ab_dtype: str, out_dtype: str, majors: tuple, m: int, n: int, k: int,
                batches: int) -> str:
     return f"{gpu}|{arch}|{ab_dtype}->{out_dtype}|{''.join(majors)}|m<={bucket_bound(m)}|n={n}|k={k}|l={batches}"
+
+
+class BucketShape(NamedTuple):
+    m_bound: int
+    n: int
+    k: int
+    batches: int
+
+
+def bucket_shape(key: str) -> BucketShape:
+    """The problem part of a :func:`bucket_key`: its bucket's largest M, N, K, batches."""
+    fields = key.split("|")[-4:]
+    m, n, k, batches = (int(field.split("=")[-1]) for field in fields)
+    return BucketShape(m, n, k, batches)
 
 
 def _load() -> dict:
@@ -217,7 +232,7 @@ def tuned_at_m(key: str) -> int:
         entry = _load().get(key) or {}
     if "m" in entry:
         return int(entry["m"])
-    return int(key.split("|m<=", 1)[1].split("|", 1)[0])
+    return bucket_shape(key).m_bound
 
 
 def _jsonable(config: GemmConfig) -> dict:
