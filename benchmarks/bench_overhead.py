@@ -25,19 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_gemm import environment  # noqa: E402
 
 import wsgemm  # noqa: E402
-import wsgemm.ops  # noqa: E402
-
-
-@contextlib.contextmanager
-def without_fast_path():
-    """wsgemm's calls as they run without the C++ fast path (as with
-    WSGEMM_FAST_PATH=0, or without a compiler), switched per loop, not per call."""
-    call, record = wsgemm.api._call_cached, wsgemm.ops._record_product
-    wsgemm.api._call_cached, wsgemm.ops._record_product = wsgemm.api._no_cached_call, None
-    try:
-        yield
-    finally:
-        wsgemm.api._call_cached, wsgemm.ops._record_product = call, record
+import wsgemm.api  # noqa: E402
 
 
 def per_call_us(impls: dict, calls: int, repeats: int) -> dict:
@@ -90,9 +78,10 @@ def main(argv=None) -> int:
             "torch.matmul(a, w.t()), a requires grad": lambda: torch.matmul(a_grad, w.t()),
             "wsgemm.gemm(a, w.t()), a requires grad": lambda: wsgemm.gemm(a_grad, w.t()),
             # The same two calls without the C++ fast path (wsgemm.fast_path).
-            "wsgemm.gemm(a, w.t()), without the fast path": (lambda: wsgemm.gemm(a, w.t()), without_fast_path),
+            "wsgemm.gemm(a, w.t()), without the fast path":
+                (lambda: wsgemm.gemm(a, w.t()), wsgemm.api.without_fast_path),
             "wsgemm.gemm(a, w.t()), a requires grad, without the fast path":
-                (lambda: wsgemm.gemm(a_grad, w.t()), without_fast_path),
+                (lambda: wsgemm.gemm(a_grad, w.t()), wsgemm.api.without_fast_path),
         }
         # Where a cached wsgemm call spends its time, piece by piece.
         wt = w.t()

@@ -202,6 +202,25 @@ def test_functorch_and_subclasses_keep_the_python_function(module, cpu_products)
     assert type(wsgemm.gemm(sub, w).grad_fn).__name__ == "EagerGemmBackward"
 
 
+def test_without_fast_path_runs_the_python_path_inside_and_restores_it_after(module, cpu_products):
+    """``api.without_fast_path`` (benchmarks/bench_overhead.py times both paths in one
+    process): inside, a call records autograd's Python node and is planned in Python
+    every time; after, the C++ node again."""
+    a = torch.randn(7, 5, dtype=torch.float64, requires_grad=True)
+    b = torch.randn(6, 5, dtype=torch.float64).t()
+    with api.without_fast_path():
+        inside = wsgemm.gemm(a, b)
+        assert inside.grad_fn.name() == "EagerGemmBackward"
+        torch.testing.assert_close(inside, a @ b)
+    assert wsgemm.gemm(a, b).grad_fn.name() == "WsgemmGemmBackward"
+    with torch.no_grad():
+        wsgemm.gemm(a, b)  # plans the call; the next one is found in C++
+        cached = len(cpu_products)
+        with api.without_fast_path():
+            wsgemm.gemm(a, b)
+        assert cpu_products[cached:][0] == "run"  # Plan.run from Python, not the C++ launch
+
+
 def test_disabled_by_the_environment(monkeypatch):
     monkeypatch.setenv("WSGEMM_FAST_PATH", "0")
     assert not fast_path.enabled_by_environment()

@@ -594,6 +594,21 @@ def _no_cached_call(a, b):
     return None
 
 
+@contextlib.contextmanager
+def without_fast_path():
+    """Calls inside run as with ``WSGEMM_FAST_PATH=0``: the Python path decides and
+    launches, and autograd records its own node. For timing both paths side by side
+    in one process (``benchmarks/bench_overhead.py``); not thread-safe."""
+    global _call_cached
+    ops = _ops()
+    call, record = _call_cached, ops._record_product
+    _call_cached, ops._record_product = _no_cached_call, None
+    try:
+        yield
+    finally:
+        _call_cached, ops._record_product = call, record
+
+
 def _remember_plan(a, b, plan: Plan) -> None:
     """The plan for the fast path's lookup; a direct plan without a workspace (on one
     GPU: several need a device switch first) is launched from C++ itself."""
