@@ -337,8 +337,6 @@ def test_a_one_wave_winner_gives_way_where_fewer_tile_rows_leave_sms_idle():
     assert table_winner_or_model(winner, 512, 448, 8192, 8192, 1, H200_SMS) == winner
 
 
-
-
 def test_past_m_128_tokens_swap_into_two_wide_n_tiles_where_the_model_gains():
     """M = 257-320 in two 160-wide N tiles paired by a 1x2 cluster (128 CTAs at
     300x8192x8192, where 128-row tiles take 3 rows of which the last is mostly
