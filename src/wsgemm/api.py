@@ -19,12 +19,11 @@ from dataclasses import dataclass
 
 import torch
 
+from . import autotune, fast_path
 from . import compile as compile_mod
 from . import config as cfg
-from . import fast_path
-from .dispatch import HARDWARE_VERIFIED_ARCHS, arch_for_capability
-from . import autotune
 from .autotune import AUTOTUNE
+from .dispatch import HARDWARE_VERIFIED_ARCHS, arch_for_capability
 from .errors import DeviceError, ShapeError, UnsupportedDtypeError
 from .heuristics import as_launched, choose_config, table_winner_or_model
 from .kernels.common import stream_k
