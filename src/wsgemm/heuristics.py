@@ -118,14 +118,14 @@ SWAP_TILE_N = (16, 32, 64, 96, 128)
 # M = 129-192, 128 for 193-256, 160 for 257-320), paired by a 1x2 cluster that
 # multicasts the weight tile: at M = 257-320 128-row M tiles take a third tile row,
 # mostly padding. Where the model then gains, on 57 shapes of M = 136-192 and 260-320
-# (Llama-3 and grid weights, K >= 4096), its swapped picks ran 1.157x faster than the
+# (Llama-3 and grid weights, K >= 4096), its swapped picks ran 1.154x faster than the
 # unswapped plans (0.84x -> 0.97x of cuBLAS, whose kernel names at such M carry 136-
-# to 160-wide tiles); not past 320, where two 192-wide tiles ran 0.88-1.04x of the
+# to 160-wide tiles); not past 320, where two 192-wide tiles ran 0.89-1.04x of the
 # default (benchmarks/NOTES.md section 32) ...
 SWAP_TWO_TILES_MAX_M = 320
 # ... and only for work items (whole or split k-loops) of at least this many k-blocks:
 # 16-block splits of 128x96 and 128x160 swapped tiles at N = 2048, K = 4096 ran
-# 0.82-0.98x of the unswapped 64-row tiles (their fix-up is a larger share of a
+# 0.82-0.97x of the unswapped 64-row tiles (their fix-up is a larger share of a
 # 10-15 us run); no two-tile swap was measured below K = 4096.
 SWAP_TWO_TILES_MIN_K_BLOCKS = 32
 PLAIN_TILE_N = (256, 224, 192, 160, 128, 96, 64)
@@ -419,8 +419,8 @@ def table_winner_or_model(measured: GemmConfig, measured_m: int, m: int, n: int,
     What changes with M is how the tiles fill the waves. The M = 512 winners of five
     Llama-3 weights fill one wave with 128 CTAs over 4 tile rows, and leave 36 of 132
     SMs idle over the 3 rows of M = 257-384; there the model's picks (128x192 and
-    128x160 tiles in 1x2 clusters, 64x192 in 2x1) ran 1.07-1.24x faster on each of 30
-    shapes, 1.17x in the geometric mean (benchmarks/NOTES.md section 31; up to
+    128x160 tiles in 1x2 clusters, 64x192 in 2x1) ran 1.07-1.25x faster on each of 30
+    shapes, 1.18x in the geometric mean (benchmarks/NOTES.md section 31; up to
     M = 320 its picks now swap A and B, faster again, section 32). Until its
     one-wave L2 share (section 30) the model ranked one-wave tiles badly, and the
     winners of one wave were kept at every M of their bucket (section 26)."""
