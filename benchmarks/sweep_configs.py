@@ -311,7 +311,10 @@ def main(argv=None) -> int:
         print_shape(results[-1], args.reps)
     report = {"command": shlex.join(["python", "benchmarks/sweep_configs.py", *(argv or sys.argv[1:])]),
               "dtype": args.dtype, "reps": args.reps, "environment": environment(), "gpu_state": gpu_state(),
-              **({"baseline": note} if args.base else {}), "shapes": [compact(r) for r in results]}
+              **({"baseline": note} if args.base else {}),
+              "units": {"us": "[median, p10, p90] microseconds of single calls",
+                        "graph_us": "median microseconds per call in graph replays"},
+              "shapes": [compact(r) for r in results]}
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     # One line per config: [median, p10, p90] us.
