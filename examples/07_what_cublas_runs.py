@@ -8,16 +8,20 @@ each shown here with its arithmetic and its measurement on an H200:
 1. deep rings for narrow tiles: more bytes in flight per SM (Little's law);
 2. 2-CTA clusters that multicast the weight tile: each tile is read from L2 once
    for two CTAs;
-3. swapping A and B, so that the tokens fill the MMA's N and the weight its 64 rows.
+3. swapping A and B, so that the tokens fill the MMA's N and the weight its 64 rows;
+4. past 128 tokens, two token tiles as wide as the tokens need (wgmma's N runs to
+   256) instead of a third 128-row tile that is mostly padding.
 
 The shared-memory budgets come from ``wsgemm.config`` (what the kernel allocates);
 the times from benchmarks/results/sweep_small_mid_m.json (benchmarks/NOTES.md
-section 13).
+section 13) and, for 4, from table_one_wave_off_m_ab.json.gz and
+swap_two_tiles_ab.json.gz (sections 31 and 32).
 
 Needs: any machine (pure Python, no GPU).
 Run:   python examples/07_what_cublas_runs.py
 """
 
+import gzip
 import json
 import re
 from pathlib import Path
@@ -25,8 +29,8 @@ from pathlib import Path
 from wsgemm import GemmConfig
 from wsgemm import config as cfg
 
-SWEEPS = json.loads((Path(__file__).resolve().parents[1] / "benchmarks" / "results"
-                     / "sweep_small_mid_m.json").read_text())["sweeps"]
+RESULTS = Path(__file__).resolve().parents[1] / "benchmarks" / "results"
+SWEEPS = json.loads((RESULTS / "sweep_small_mid_m.json").read_text())["sweeps"]
 LOAD_LATENCY_US = 1.0  # a TMA load from HBM under load, roughly (wsgemm.heuristics)
 
 
@@ -86,4 +90,30 @@ swapped, torch_us, _ = measured([96, 6144, 4096], "swap 64x96 c1x1")
 plain, plain_torch_us, _ = measured([96, 6144, 4096], "64x96 c2x1")
 print(f"   96x6144x4096: swapped 64x96 {swapped:.1f} us (torch.matmul {torch_us:.1f} us in that sweep);")
 print(f"   plain 64x96 pairs {plain:.1f} us (torch.matmul {plain_torch_us:.1f} us in theirs)")
-print("\nwsgemm's model offers all three (wsgemm/heuristics.py); the autotuner measures which wins.")
+
+
+def side_by_side(name: str, shape: list) -> tuple:
+    """Median us of wsgemm's default before and after a change and of torch.matmul, from
+    one A/B run (``sweep_configs.py --default --base``), and the kernel cuBLAS ran."""
+    for entry in json.loads(gzip.decompress((RESULTS / name).read_bytes()))["shapes"]:
+        if entry["shape"] == shape:
+            us = entry["us"]  # [median, p10, p90] per label
+            return (us["base default"][0], us["default"][0], us["torch.matmul"][0], entry["cublas_kernels"][0],
+                    entry["default_plan"])
+    raise KeyError((name, shape))
+
+
+print("\n4. Past 128 tokens. 260 tokens against the 70B o-proj weight (8192x8192):")
+table, model, torch_us, kernel, plan = side_by_side("table_one_wave_off_m_ab.json.gz", [260, 8192, 8192])
+print(f"   torch.matmul ran {kernel} = {decode(kernel)}:")
+print(f"   two 136-token tiles hold 260 tokens, {260 / 272:.0%} of their MMA rows real.")
+print(f"   128-row M tiles need 3 rows for 260 tokens, {260 / 384:.0%} real (the last row holds 4);")
+tile = plan.split()[1].split("x64_")[0]
+print(f"   the M = 512 table winner ran them on 96 of 132 SMs: {table:.1f} us; the model's {tile} tiles")
+print(f"   (129 of them) in 1x2 clusters: {model:.1f} us (torch.matmul {torch_us:.1f} us in that run).")
+before, swapped, torch_us, _, plan = side_by_side("swap_two_tiles_ab.json.gz", [260, 8192, 8192])
+print(f"   Swapped, two 160-token tiles ({260 / 320:.0%} real) paired by a 1x2 cluster on 128 SMs: "
+      f"{swapped:.1f} us")
+print(f"   against {before:.1f} us for the unswapped plan (torch.matmul {torch_us:.1f} us in that run).")
+print("\nwsgemm's model offers all four (wsgemm/heuristics.py); the autotuner measures which wins")
+print("(the two-tile swaps of 4 it does not try yet: NOTES section 32).")
