@@ -189,6 +189,8 @@ def test_swap_ab_with_more_tokens_in_two_wide_n_tiles(config, m):
     out = torch.full((m, 1000), float("nan"), device="cuda", dtype=torch.float32)
     wsgemm.gemm(x, w.t(), out=out, config=config)
     check(out, x, w.t(), torch.float32)
+    b = rand(3000, 1000)  # row-major B too
+    check(run(x, b, config=config), x, b)
 
 
 def test_the_default_path_swaps_three_tile_rows_of_tokens_into_two_n_tiles():
