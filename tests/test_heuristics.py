@@ -315,14 +315,17 @@ def test_pingpong_variants_pick_the_tile_width_the_waves_favour():
 def test_a_measured_winner_gives_way_only_where_its_waves_fit_worse_than_where_it_was_timed():
     """128x256 tiles in 2x1 clusters, timed at M = 2048 on a 4096x4096 weight (128
     clusters for 66 slots): at M = 1536 (96 clusters, 1.45 waves) the model's own pick
-    serves; where it was timed, below M = 129 and for swapped winners, the winner."""
+    serves; where it was timed and below M = 129, the winner. A swapped winner serves
+    the M its token tiles hold, and gives way past them."""
     winner = cfg.GemmConfig(tile_m=128, tile_n=256, cluster_m=2)
     assert table_winner_or_model(winner, 2048, 2048, 4096, 4096, 1, H200_SMS) == winner
     other = table_winner_or_model(winner, 2048, 1536, 4096, 4096, 1, H200_SMS)
     assert other != winner and other == choose_config("sm90", 1536, 4096, 4096, 1, H200_SMS)
     assert table_winner_or_model(winner, 128, 96, 4096, 4096, 1, H200_SMS) == winner
     swapped = cfg.GemmConfig(tile_m=64, tile_n=16, swap_ab=True)
-    assert table_winner_or_model(swapped, 2048, 1536, 4096, 4096, 1, H200_SMS) == swapped
+    assert table_winner_or_model(swapped, 16, 12, 4096, 4096, 1, H200_SMS, True) == swapped
+    assert table_winner_or_model(swapped, 16, 1536, 4096, 4096, 1, H200_SMS, True) == choose_config(
+        "sm90", 1536, 4096, 4096, 1, H200_SMS, can_swap=True)
 
 
 def test_a_one_wave_winner_gives_way_where_fewer_tile_rows_leave_sms_idle():
@@ -356,3 +359,19 @@ def test_past_m_128_tokens_swap_into_two_wide_n_tiles_where_the_model_gains():
         for _, config in _swapped_candidates(m, 2048, 4096, H200_SMS, H200):
             assert -(-64 // config.split_k) >= SWAP_TWO_TILES_MIN_K_BLOCKS
             assert config.tile_n < m <= 2 * config.tile_n or m <= config.tile_n
+
+
+def test_the_autotuner_times_two_tile_swaps_that_hold_the_calls_tokens():
+    """Past M = 128 the autotuner's swapped candidates hold the call's own M in two
+    token tiles, as the default path's do, not the bucket's largest M (512 here); a
+    swapped winner serves the bucket's M up to what its tiles hold, the model past it."""
+    candidates = candidates_to_time(300, 8192, 8192, 1, H200_SMS, True, 12, tokens_up_to=512)
+    swapped = [c for c in candidates if c.swap_ab]
+    assert swapped and len(candidates) == 12
+    assert all(c.tile_n < 300 <= c.tile_n * c.cluster_n for c in swapped)
+    assert not any(c.swap_ab for c in candidates_to_time(300, 8192, 8192, 1, H200_SMS, False, 12))
+    assert not any(c.swap_ab for c in candidates_to_time(400, 8192, 8192, 1, H200_SMS, True, 12, tokens_up_to=512))
+    winner = cfg.GemmConfig(tile_m=128, tile_n=160, cluster_n=2, swap_ab=True)
+    assert table_winner_or_model(winner, 300, 320, 8192, 8192, 1, H200_SMS, True) == winner
+    past = table_winner_or_model(winner, 300, 400, 8192, 8192, 1, H200_SMS, True)
+    assert past == choose_config("sm90", 400, 8192, 8192, 1, H200_SMS, can_swap=True) != winner

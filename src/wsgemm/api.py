@@ -460,7 +460,8 @@ def _autotuned(a, b, out, out_dtype, gpu, arch, majors, m, n, k, batches, sm_cou
     from .heuristics import candidates_to_time
 
     key = _bucket_key(gpu, arch, a.dtype, dtype, majors, m, n, k, batches)
-    # The winner serves the whole bucket: swapped tiles must hold its largest M.
+    # The winner serves the whole bucket: swapped tiles up to M = 128 hold its largest M
+    # (past it they hold this M, and give way where they cannot: table_winner_or_model).
     candidates = candidates_to_time(m, n, k, batches, sm_count, can_swap, autotune.TOP_CANDIDATES,
                                     tokens_up_to=autotune.bucket_bound(m))
 

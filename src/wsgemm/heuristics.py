@@ -250,13 +250,18 @@ def candidates_to_time(m: int, n: int, k: int, batches: int, sm_count: int, can_
     choice walking in raster bands (:func:`_banded_variant`).
 
     ``tokens_up_to``: the largest M the winner will serve (the autotuner's bucket
-    bound); swapped candidates' N tiles hold that many tokens, not just ``m``.
+    bound); up to ``SWAP_AB_MAX_M`` swapped candidates' N tiles hold that many tokens,
+    not just ``m``. Past it, up to ``SWAP_TWO_TILES_MAX_M``, they hold ``m``'s tokens in
+    two tiles, as the default path's swaps do; at an M of the bucket they cannot hold,
+    :func:`table_winner_or_model` serves the model's pick instead.
     """
     plain = _plain_candidates(m, n, k, batches, sm_count, model)
-    if not (can_swap and batches == 1 and m <= SWAP_AB_MAX_M):
+    swaps = can_swap and batches == 1 and m <= SWAP_TWO_TILES_MAX_M
+    tokens = max(m, min(tokens_up_to or m, SWAP_AB_MAX_M)) if m <= SWAP_AB_MAX_M else m
+    swapped = _swapped_candidates(tokens, n, k, sm_count, model) if swaps else []
+    if not swapped:
         banded = _banded_variant(plain[0][1], m, n, batches, sm_count)
         return _diverse(plain, count - 1) + [banded] if banded else _diverse(plain, count)
-    swapped = _swapped_candidates(max(m, min(tokens_up_to or m, SWAP_AB_MAX_M)), n, k, sm_count, model)
     half = min(count // 2, len(swapped))
     return _diverse(plain, count - half) + _diverse(swapped, half)
 
@@ -414,7 +419,9 @@ def table_winner_or_model(measured: GemmConfig, measured_m: int, m: int, n: int,
     (``m``, ``n``, ``k``, ``batches``) problem, unless the model puts it more than
     ``TABLE_WAVE_LOSS_MAX`` further behind its own best here than at ``measured_m``;
     then the model's best. Only past ``SWAP_AB_MAX_M``: below it the problems are
-    memory-bound, where the model ranks least well.
+    memory-bound, where the model ranks least well. A swapped winner gives way at any
+    M its token tiles cannot hold (an autotuned two-tile swap serves only up to the M
+    of its tiles, ``candidates_to_time``).
 
     What changes with M is how the tiles fill the waves. The M = 512 winners of five
     Llama-3 weights fill one wave with 128 CTAs over 4 tile rows, and leave 36 of 132
@@ -424,6 +431,10 @@ def table_winner_or_model(measured: GemmConfig, measured_m: int, m: int, n: int,
     M = 320 its picks now swap A and B, faster again, section 32). Until its
     one-wave L2 share (section 30) the model ranked one-wave tiles badly, and the
     winners of one wave were kept at every M of their bucket (section 26)."""
+    if measured.swap_ab and m > measured.tile_n * measured.cluster_n:
+        # More token tiles than it was timed with, the last of them in a half-empty
+        # cluster: a two-tile swap timed at a smaller M of the bucket.
+        return ranked_sm90_configs(m, n, k, batches, sm_count, can_swap, model)[0][1]
     if m == measured_m or m <= SWAP_AB_MAX_M or measured.swap_ab:
         return measured
 
