@@ -23,7 +23,7 @@ t0 = time.perf_counter()
 import torch, wsgemm
 t_import = time.perf_counter() - t0
 t0 = time.perf_counter()
-wsgemm.api._fast_path_module()  # the C++ host fast path: built (cold) or loaded (warm)
+wsgemm.fast_path.load()  # the C++ host fast path: built (cold) or loaded (warm)
 t_fast_path = time.perf_counter() - t0
 shapes = [(4096, 4096, 4096), (64, 4096, 4096), (8192, 8192, 1024)]
 seconds = wsgemm.precompile(shapes, progress=False)

@@ -25,6 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_gemm import environment  # noqa: E402
 
 import wsgemm  # noqa: E402
+import wsgemm.fast_path  # noqa: E402
 import wsgemm.api  # noqa: E402
 
 
@@ -85,7 +86,7 @@ def main(argv=None) -> int:
         }
         # Where a cached wsgemm call spends its time, piece by piece.
         wt = w.t()
-        fast_path = wsgemm.api._fast_path_module()  # None if it could not be built (a warning said why)
+        fast_path = wsgemm.fast_path.load()  # None if it could not be built (a warning said why)
         # The heuristic's plan for this call (no operand swap at these sizes).
         plan = wsgemm.api.make_plan(a, wt, out, None, None)
         assert plan.mode == "direct", plan.mode

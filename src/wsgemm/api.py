@@ -570,20 +570,15 @@ def gemm_eager(a, b, out=None, out_dtype=None, config=None) -> torch.Tensor:
 def forget_plans() -> None:
     """Drop every plan (Python's and the fast path's); kernels stay compiled."""
     _plans.clear()
-    module = _fast_path_module()
+    module = fast_path.load()
     if module is not None:
         module.forget()
-
-
-def _fast_path_module():
-    """The C++ extension, or None; ``fast_path.load`` decides once per process."""
-    return fast_path.load()
 
 
 def _call_cached_first(a, b):
     """The first call loads (or builds) the fast path; later calls go straight to it."""
     global _call_cached
-    module = _fast_path_module()
+    module = fast_path.load()
     if module is not None:
         _ops()  # sets the node's backward (ops.py) before a node can be recorded
     _call_cached = module.call if module is not None else _no_cached_call
@@ -612,7 +607,7 @@ def without_fast_path():
 def _remember_plan(a, b, plan: Plan) -> None:
     """The plan for the fast path's lookup; a direct plan without a workspace (on one
     GPU: several need a device switch first) is launched from C++ itself."""
-    module = _fast_path_module()
+    module = fast_path.load()
     if module is None:
         return
     if plan.launches_directly and not _several_gpus():
@@ -640,7 +635,7 @@ def precompile(shapes, dtype: torch.dtype = torch.bfloat16, *, weight_layout: bo
     loaded here too, so the first call does not pay for it. Returns
     ``{shape: seconds}`` (compile or load time).
     """
-    _fast_path_module()
+    fast_path.load()
     device = torch.device(device or "cuda")
     index = device.index if device.index is not None else torch.cuda.current_device()
     arch, sm_count, gpu = _device_facts(index)

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import torch
 
-from . import api
+from . import api, fast_path
 
 _OP = "wsgemm::gemm"
 
@@ -116,7 +116,7 @@ _unwrap_if_dead = getattr(torch._C._functorch, "unwrap_if_dead", None)  # privat
 
 
 def _fast_path_recorder():
-    module = api._fast_path_module()
+    module = fast_path.load()
     if module is None:
         return None
     module.set_backward(_eager_backward)
