@@ -109,6 +109,8 @@ ONE_WAVE_64_ROW_GAIN = 1.15
 def _one_long_wave(work_items: int, slots: int, k_blocks: int) -> bool:
     """All work items run at once, over a k-loop of at least ``ONE_WAVE_MIN_K_BLOCKS``."""
     return work_items <= slots and k_blocks >= ONE_WAVE_MIN_K_BLOCKS
+
+
 SPLITS = (1, 2, 3, 4, 6, 8)
 # Swap A and B up to this M: the tokens then fill one or two narrow N tiles (measured
 # at M = 96 and 128 on 6144-wide weights: 0.85x -> 1.0x of cuBLAS; NOTES section 13).
