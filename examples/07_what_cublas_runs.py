@@ -14,8 +14,8 @@ each shown here with its arithmetic and its measurement on an H200:
 
 The shared-memory budgets come from ``wsgemm.config`` (what the kernel allocates);
 the times from benchmarks/results/sweep_small_mid_m.json (benchmarks/NOTES.md
-section 13) and, for 4, from table_one_wave_off_m_ab.json.gz and
-swap_two_tiles_ab.json.gz (sections 31 and 32).
+section 13) and, for 4, from table_one_wave_off_m_ab.json.gz,
+swap_two_tiles_ab.json.gz and fitted_token_tiles_ab_2.json.gz (sections 31, 32 and 34).
 
 Needs: any machine (pure Python, no GPU).
 Run:   python examples/07_what_cublas_runs.py
@@ -115,5 +115,10 @@ before, swapped, torch_us, _, plan = side_by_side("swap_two_tiles_ab.json.gz", [
 print(f"   Swapped, two 160-token tiles ({260 / 320:.0%} real) paired by a 1x2 cluster on 128 SMs: "
       f"{swapped:.1f} us")
 print(f"   against {before:.1f} us for the unswapped plan (torch.matmul {torch_us:.1f} us in that run).")
-print("\nwsgemm's model offers all four (wsgemm/heuristics.py); the autotuner measures which wins")
-print("(the two-tile swaps of 4 it does not try yet: NOTES section 32).")
+wide, fitted, torch_us, _, plan = side_by_side("fitted_token_tiles_ab_2.json.gz", [260, 8192, 8192])
+tokens = int(plan.split()[1].split("x")[1])  # "swap 128x144x64_...": the N tile holds the tokens
+print(f"   Fitted to the tokens in steps of 16 as cuBLAS's are, two {tokens}-token tiles "
+      f"({260 / (2 * tokens):.0%} real): "
+      f"{fitted:.1f} us")
+print(f"   against {wide:.1f} us for the 160-wide ones (torch.matmul {torch_us:.1f} us in that run).")
+print("\nwsgemm's model offers all four (wsgemm/heuristics.py); the autotuner measures which wins.")

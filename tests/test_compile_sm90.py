@@ -65,6 +65,8 @@ def test_dtypes_and_majors_compile(ab, out, majors):
         GemmConfig(raster="along_n", swizzle=4),
         GemmConfig(tile_m=64, tile_n=96, cluster_m=4),
         GemmConfig(tile_m=64, tile_n=64, cluster_n=4, stages=13),
+        GemmConfig(tile_m=128, tile_n=112, cluster_n=2),  # a fitted token tile: 16-wide epilogue steps
+        GemmConfig(tile_m=64, tile_n=80, split_k=2),
     ],
     ids=lambda c: c.short(),
 )
@@ -77,6 +79,17 @@ def test_tiles_clusters_and_schedules_compile(config):
         assert "barrier.cluster" in compiled.ptx
     else:
         assert ".multicast::cluster" not in compiled.ptx
+
+
+@pytest.mark.parametrize("d_major", ["n", "m"])
+def test_tiles_of_odd_multiples_of_16_store_16_columns_a_step(d_major):
+    """A warp's stmatrix.x4 writes 16x16: 112 columns are 7 steps of 16, not 3.5 of 32."""
+    spec, compiled = build(majors=("k", "k", d_major), config=GemmConfig(tile_m=128, tile_n=112, cluster_n=2))
+    assert cfg.epilogue_tile(spec) == (128, 16)
+    assert cfg.epilogue_tile(cfg.make_spec("sm90", "bf16", "bf16", "k", "k", d_major, GemmConfig(tile_n=160))) == \
+        (128, 32)
+    assert_core_structure(spec, compiled)
+    assert "stmatrix" in compiled.ptx
 
 
 @pytest.mark.parametrize("epi_stages", [2, 4])

@@ -126,9 +126,10 @@ def test_operand_majors(a_major, b_major, m, n, k, dtype):
 
 
 # Tile widths that are not multiples of 64 (they exist to fit the waves, e.g.
-# 10240 = 64 x 160): their shared-memory rows of an N-major B are not a whole number
-# of 128-byte swizzle atoms, and their epilogue walks 5 or 7 subtiles.
-@pytest.mark.parametrize("tile_n", [160, 224])
+# 10240 = 64 x 160, and the tokens of swapped tiles): their shared-memory rows of an
+# N-major B are not a whole number of 128-byte swizzle atoms, and their epilogue walks
+# 5 or 7 subtiles of 32 columns, or, at odd multiples of 16, 16-column subtiles.
+@pytest.mark.parametrize("tile_n", [160, 224, 48, 80, 112, 144, 240])
 @pytest.mark.parametrize("a_major, b_major", MAJOR_CASES, ids=[f"a{x}-b{y}" for x, y in MAJOR_CASES])
 @pytest.mark.parametrize("d_major", ["row", "col"])
 def test_wave_fitting_tile_widths(tile_n, a_major, b_major, d_major):

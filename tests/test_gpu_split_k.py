@@ -170,17 +170,21 @@ def test_swap_ab_with_tokens_in_two_multicast_n_tiles(config, m):
     check(run(x, w.t(), config=config), x, w.t())
 
 
-@pytest.mark.parametrize("m", [136, 260, 300, 320])
+@pytest.mark.parametrize("m", [136, 200, 260, 300, 320])
 @pytest.mark.parametrize(
     "config",
     [GemmConfig(tile_m=128, tile_n=160, cluster_n=2, swap_ab=True),
      GemmConfig(tile_m=64, tile_n=160, cluster_n=2, split_k=2, swap_ab=True),
-     GemmConfig(tile_m=128, tile_n=96, cluster_n=2, swap_ab=True)],
+     GemmConfig(tile_m=128, tile_n=96, cluster_n=2, swap_ab=True),
+     GemmConfig(tile_m=128, tile_n=80, cluster_n=2, split_k=2, swap_ab=True),
+     GemmConfig(tile_m=128, tile_n=112, cluster_n=2, swap_ab=True),
+     GemmConfig(tile_m=128, tile_n=144, cluster_n=2, swap_ab=True)],
     ids=lambda c: c.short(),
 )
 def test_swap_ab_with_more_tokens_in_two_wide_n_tiles(config, m):
-    """Past M = 128 the tokens take two N tiles up to 160 wide (M = 257-320 in two
-    160-wide tiles, the second one partly past the edge; heuristics.SWAP_TWO_TILES_MAX_M)."""
+    """Past M = 128 the tokens take two N tiles up to 160 wide, fitted to them in steps
+    of 16 (M = 257-320 in two 144- or 160-wide tiles, the second one partly past the
+    edge; heuristics.SWAP_TWO_TILES_MAX_M, fitted_token_tile)."""
     if not config.tile_n < m <= 2 * config.tile_n:
         pytest.skip("the tokens do not take exactly two tiles of this width")
     x, w = rand(m, 3000), rand(1000, 3000)

@@ -361,6 +361,26 @@ def test_past_m_128_tokens_swap_into_two_wide_n_tiles_where_the_model_gains():
             assert config.tile_n < m <= 2 * config.tile_n or m <= config.tile_n
 
 
+def test_two_token_tiles_are_fitted_to_the_tokens_in_steps_of_16():
+    """cuBLAS's tiles at M = 129-320 are 104-160 wide: two 112-wide token tiles hold
+    M = 200 with 11 % padding where two 128-wide ones had 22 % (NOTES section 34). The
+    model reads the efficiency of such widths between the measured ones."""
+    from wsgemm.heuristics import MMA_EFFICIENCY, fitted_token_tile, mma_efficiency
+
+    assert [fitted_token_tile(m, 2) for m in (129, 136, 160, 200, 224, 260, 300, 320)] == \
+        [80, 80, 80, 112, 112, 144, 160, 160]
+    assert fitted_token_tile(200, 1) == 208
+    for m in (136, 200, 260):
+        widths = {c.tile_n for _, c in _swapped_candidates(m, 8192, 8192, H200_SMS, H200)}
+        assert widths <= {fitted_token_tile(m, 1), fitted_token_tile(m, 2)} and fitted_token_tile(m, 2) in widths
+        assert all(width % 16 == 0 and width in cfg.SM90_TILE_N for width in widths)
+    chosen = choose_config("sm90", 200, 8192, 8192, 1, H200_SMS, can_swap=True)
+    assert chosen.swap_ab and (chosen.tile_m, chosen.tile_n, chosen.cluster_n) == (128, 112, 2)
+    assert mma_efficiency(128, 128) == MMA_EFFICIENCY[128, 128]
+    assert mma_efficiency(128, 112) == pytest.approx((MMA_EFFICIENCY[128, 96] + MMA_EFFICIENCY[128, 128]) / 2)
+    assert MMA_EFFICIENCY[64, 64] < mma_efficiency(64, 80) < MMA_EFFICIENCY[64, 96]
+
+
 def test_the_autotuner_times_two_tile_swaps_that_hold_the_calls_tokens():
     """Past M = 128 the autotuner's swapped candidates hold the call's own M in two
     token tiles, as the default path's do, not the bucket's largest M (512 here); a

@@ -85,6 +85,19 @@ MMA_EFFICIENCY = {
     # Narrow N (swap_ab for decode): bound by the weights' bytes, not the MMA; rough.
     (128, 32): 0.40, (128, 16): 0.30, (64, 32): 0.35, (64, 16): 0.25,
 }
+
+
+def mma_efficiency(tile_m: int, tile_n: int) -> float:
+    """``MMA_EFFICIENCY``, read between its widths for the swapped token tiles fitted
+    in steps of 16 (``fitted_token_tile``); none of those was measured on its own."""
+    if (tile_m, tile_n) in MMA_EFFICIENCY:
+        return MMA_EFFICIENCY[tile_m, tile_n]
+    widths = sorted(n for m, n in MMA_EFFICIENCY if m == tile_m)
+    below, above = max(n for n in widths if n < tile_n), min(n for n in widths if n > tile_n)
+    share = (tile_n - below) / (above - below)
+    return (1 - share) * MMA_EFFICIENCY[tile_m, below] + share * MMA_EFFICIENCY[tile_m, above]
+
+
 # One wave of a long k-loop: where a configuration's work items all run at once
 # (one wave) for at least this many k-blocks (K >= 4096 with 64-deep blocks), every
 # CTA pulls its operands from L2 for most of the run. There the model charges each
@@ -116,15 +129,22 @@ SPLITS = (1, 2, 3, 4, 6, 8)
 # at M = 96 and 128 on 6144-wide weights: 0.85x -> 1.0x of cuBLAS; NOTES section 13).
 SWAP_AB_MAX_M = 128
 SWAP_TILE_N = (16, 32, 64, 96, 128)
-# Past that, up to this M, two N tiles of the plain widths hold the tokens (96 wide for
-# M = 129-192, 128 for 193-256, 160 for 257-320), paired by a 1x2 cluster that
+# Past that, up to this M, two N tiles hold the tokens, paired by a 1x2 cluster that
 # multicasts the weight tile: at M = 257-320 128-row M tiles take a third tile row,
-# mostly padding. Where the model then gains, on 57 shapes of M = 136-192 and 260-320
-# (Llama-3 and grid weights, K >= 4096), its swapped picks ran 1.154x faster than the
-# unswapped plans (0.84x -> 0.97x of cuBLAS, whose kernel names at such M carry 136-
-# to 160-wide tiles); not past 320, where two 192-wide tiles ran 0.89-1.04x of the
-# default (benchmarks/NOTES.md section 32) ...
+# mostly padding. With the plain widths (96 for M = 129-192, 128 for 193-256, 160 for
+# 257-320), where the model gained, on 57 shapes of M = 136-192 and 260-320 (Llama-3
+# and grid weights, K >= 4096), its swapped picks ran 1.154x faster than the unswapped
+# plans (0.84x -> 0.97x of cuBLAS, whose kernel names at such M carry 104- to 160-wide
+# tiles); not past 320, where two 192-wide tiles ran 0.89-1.04x of the default
+# (benchmarks/NOTES.md section 32) ...
 SWAP_TWO_TILES_MAX_M = 320
+# ... and the tiles are fitted to the tokens in steps of 16, the kernel's narrowest
+# epilogue step (``fitted_token_tile``): at M = 200 two 128-wide tiles are 22 %
+# padding, two 112-wide ones 11 %. On the 36 shapes of M = 136-288 timed where that
+# changed the plan, 1.098x faster (0.92x -> 1.01x of cuBLAS, none slower by 3 %;
+# NOTES section 34) ...
+TOKEN_TILE_STEP = 16
+MAX_TOKEN_TILE_N = 256
 # ... and only for work items (whole or split k-loops) of at least this many k-blocks:
 # 16-block splits of 128x96 and 128x160 swapped tiles at N = 2048, K = 4096 ran
 # 0.82-0.97x of the unswapped 64-row tiles (their fix-up is a larger share of a
@@ -198,7 +218,7 @@ def _tile_seconds(m: int, n: int, k_blocks: int, tile_m: int, tile_n: int, model
     bandwidth with this one (``ONE_WAVE_MIN_K_BLOCKS``); ``None``: it reads at its
     port's rate."""
     k_elems = k_blocks * TILE_K
-    efficiency = MMA_EFFICIENCY[tile_m, tile_n]
+    efficiency = mma_efficiency(tile_m, tile_n)
     if resident_ctas is not None and tile_m == 64 and tile_n >= 64 and k_blocks >= ONE_WAVE_MIN_K_BLOCKS:
         efficiency *= ONE_WAVE_64_ROW_GAIN
     mma = 2 * tile_m * tile_n * k_elems / (model.mma_flops_per_sm * efficiency)
@@ -325,17 +345,24 @@ def _swapped_candidates(m, n, k, sm_count, model):
     cluster multicasts each weight tile to both: the L2 cannot keep a whole weight
     matrix between two separate visits, so a weight tile must be read once. (Pairs of
     16- and 32-wide tiles measured 1.2-1.8x slower than one tile: their halves of a
-    weight tile are too small a copy.) Past ``SWAP_AB_MAX_M`` the tiles are the plain
-    widths (``SWAP_TWO_TILES_MAX_M``), for work items long enough
-    (``SWAP_TWO_TILES_MIN_K_BLOCKS``)."""
-    widths = SWAP_TILE_N if m <= SWAP_AB_MAX_M else tuple(sorted(PLAIN_TILE_N))
-    narrow = [t for t in widths if t >= m][:1] + [t for t in widths if 64 <= t < m <= 2 * t][:1]
+    weight tile are too small a copy.) Past ``SWAP_AB_MAX_M`` one or two tiles fitted
+    to the tokens (``SWAP_TWO_TILES_MAX_M``, :func:`fitted_token_tile`), for work
+    items long enough (``SWAP_TWO_TILES_MIN_K_BLOCKS``)."""
+    if m <= SWAP_AB_MAX_M:
+        narrow = [t for t in SWAP_TILE_N if t >= m][:1] + [t for t in SWAP_TILE_N if 64 <= t < m <= 2 * t][:1]
+    else:
+        narrow = [t for t in (fitted_token_tile(m, 1), fitted_token_tile(m, 2)) if t <= MAX_TOKEN_TILE_N]
     candidates = list(_candidates(n, m, k, 1, sm_count, (64, 128), tuple(narrow), True, model))
     if m > SWAP_AB_MAX_M:
         k_blocks = ceil_div(k, TILE_K)
         candidates = [(seconds, config) for seconds, config in candidates
                       if ceil_div(k_blocks, config.split_k) >= SWAP_TWO_TILES_MIN_K_BLOCKS]
     return _break_ties(candidates) if candidates else []
+
+
+def fitted_token_tile(m: int, tiles: int) -> int:
+    """The narrowest swapped N tile of which ``tiles`` hold ``m`` tokens."""
+    return ceil_div(ceil_div(m, tiles), TOKEN_TILE_STEP) * TOKEN_TILE_STEP
 
 
 def _break_ties(ranked):
