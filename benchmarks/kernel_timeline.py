@@ -211,7 +211,7 @@ COLUMNS = ("first_k_block_us", "k_block_interval_us", "mma_bound_us", "mainloop_
 
 def markdown(report: dict) -> str:
     env = report["environment"]
-    lines = [f"# Where a CTA's time goes (SM90 kernel, trace points on)\n",
+    lines = ["# Where a CTA's time goes (SM90 kernel, trace points on)\n",
              f"{env['gpu']}, torch {env['torch']}; median of {report['runs']} runs, L2 flushed before each; "
              "B is an (N, K) weight passed as `w.t()`. Times in microseconds from the first CTA's first "
              "instruction (see `benchmarks/kernel_timeline.py`).\n",

@@ -451,11 +451,11 @@ def _check_sm100(config: GemmConfig) -> None:
         )
     if not 1 <= config.acc_stages <= 4:
         raise ConfigError(f"acc_stages={config.acc_stages} must be between 1 and 4")
-    for field, feature, off in SM90_ONLY_FEATURES:
-        value = getattr(config, field)
+    for name, feature, off in SM90_ONLY_FEATURES:
+        value = getattr(config, name)
         if value != off:
-            raise ConfigError(f"{field}={value!r}: {feature} is implemented in the sm90 kernel only; "
-                              f"the sm100 kernel takes {field}={off!r}")
+            raise ConfigError(f"{name}={value!r}: {feature} is implemented in the sm90 kernel only; "
+                              f"the sm100 kernel takes {name}={off!r}")
 
 
 def _check_sm90(config: GemmConfig) -> None:

@@ -38,7 +38,6 @@ from cutlass import Boolean, Int32
 from cutlass.cute.nvgpu import cpasync, tcgen05
 
 from .. import config as cfg
-from .. import hardware
 from .common import scheduler
 from .common.base import GemmKernelBase
 from .common.epilogue import tma_store_subtile

@@ -290,22 +290,25 @@ class Sm90Gemm(GemmKernelBase):
         cta_m, cta_n, cluster_id = cute.arch.block_idx()
         num_clusters = cute.arch.grid_dim()[2]
         sched = (clusters_m, clusters_n, batches, cta_m, cta_n, cluster_id, num_clusters)
+        # The producer loads and the consumers store each tile at the same origin.
+        edges = self.tile_edges(mD.shape[0], mD.shape[1], clusters_m * clusters_n * batches, num_clusters)
 
         if warpgroup == 0:
             cute.arch.setmaxregister_decrease(self.producer_regs)
             if warp == 0:
-                self.producer(ring, tma_a, mA, tma_b, mB, sA, sB, sched, k_blocks)
+                self.producer(ring, tma_a, mA, tma_b, mB, sA, sB, sched, edges, k_blocks)
         else:
             cute.arch.setmaxregister_increase(self.consumer_regs)
             self.consumer(
-                ring, tiled_mma, sA, sB, sD, tma_d, mD, sched, k_blocks, tidx, warp, flags, partials
+                ring, tiled_mma, sA, sB, sD, tma_d, mD, sched, edges, k_blocks, tidx, warp, flags, partials
             )
 
     # -- producer (TMA warp) -----------------------------------------------------------
 
     @cute.jit
-    def producer(self, ring: SmemRing, tma_a, mA, tma_b, mB, sA, sB, sched, k_blocks: Int32):
+    def producer(self, ring: SmemRing, tma_a, mA, tma_b, mB, sA, sB, sched, edges, k_blocks: Int32):
         clusters_m, clusters_n, batches, cta_m, cta_n, cluster_id, num_clusters = sched
+        tiles_m, tiles_n, overhang_m, overhang_n = edges
         cm, cn = self.config.cluster_m, self.config.cluster_n
         cluster_layout = cute.make_layout(self.cluster_shape_mnk)
         my_coord = (cta_m, cta_n, 0)
@@ -323,9 +326,7 @@ class Sm90Gemm(GemmKernelBase):
         # 384x4096x8192 slower than four full ones at the same work; benchmarks/NOTES.md
         # section 26). The box is skipped and not announced; the consumers' products of
         # whatever the slot held land in rows past M, which the epilogue never stores.
-        # B tiles past N likewise where clusters pad along N.
-        tiles_m = scheduler.ceil_div(mA.shape[0], self.tile_mnk[0])
-        tiles_n = scheduler.ceil_div(mB.shape[0], self.tile_mnk[1])
+        # B tiles past N likewise where clusters pad along N (``operand_loads_of_tile``).
 
         # The ring position of the next k-block to load, across tiles.
         slot, parity = ring.producer_start()
@@ -335,7 +336,6 @@ class Sm90Gemm(GemmKernelBase):
 
         splits, stream = self.config.split_k, self.config.stream_k
         units = clusters_m * clusters_n * batches
-        overhang_m, overhang_n = self.edge_overhangs(mA.shape[0], mB.shape[0], units, num_clusters)
         steps = scheduler.steps_of_cluster(cluster_id, units, num_clusters, k_blocks, splits, stream)
         step = Int32(0)
         if cutlass.const_expr(self.config.dependent_launch):
@@ -411,39 +411,41 @@ class Sm90Gemm(GemmKernelBase):
         reading past it (``scheduler.edge_tile_offset``). Not with stream-K: a moved
         tile and its neighbour would sum their shared rows over different k-ranges,
         in different orders, and whichever stored last would decide their low bits.
-        With split-K, only where that cannot happen (``edge_overhangs``)."""
+        With split-K, only where that cannot happen (``tile_edges``)."""
         return not self.config.stream_k
 
-    def edge_overhangs(self, m, n, units, num_clusters):
-        """How far the last tile row and column move back (``scheduler.edge_tile_overhang``):
-        along M in whole 16-byte groups where A or D is M-major, along N where B or D
-        is N-major. With split-K, only when every unit is split alike, so that all
-        tiles sum the same k-ranges in the same order: all of them (fewer units than
-        clusters: one wave) or none (whole waves); a launch that splits only its last
-        wave keeps its tiles in place."""
+    def tile_edges(self, m, n, units, num_clusters):
+        """``(tiles_m, tiles_n, overhang_m, overhang_n)`` of an ``m`` x ``n`` output:
+        its tile rows and columns, and how far the last row and column move back
+        (``scheduler.edge_tile_overhang``): along M in whole 16-byte groups where A or
+        D is M-major, along N where B or D is N-major. With split-K, only when every
+        unit is split alike, so that all tiles sum the same k-ranges in the same order:
+        all of them (fewer units than clusters: one wave) or none (whole waves); a
+        launch that splits only its last wave keeps its tiles in place."""
+        tiles_m = scheduler.ceil_div(m, self.tile_mnk[0])
+        tiles_n = scheduler.ceil_div(n, self.tile_mnk[1])
         if not self.moves_edge_tiles:
-            return 0, 0
+            return tiles_m, tiles_n, 0, 0
         spec = self.spec
         elems = hardware.TMA_ALIGNMENT_BYTES // min(cfg.DTYPE_BYTES[spec.ab_dtype], cfg.DTYPE_BYTES[spec.out_dtype])
         granule_m = elems if "m" in (spec.a_major, spec.d_major) else 1
         granule_n = elems if "n" in (spec.b_major, spec.d_major) else 1
-        overhang_m = scheduler.edge_tile_overhang(scheduler.ceil_div(m, self.tile_mnk[0]), m, self.tile_mnk[0],
-                                                  granule_m)
-        overhang_n = scheduler.edge_tile_overhang(scheduler.ceil_div(n, self.tile_mnk[1]), n, self.tile_mnk[1],
-                                                  granule_n)
+        overhang_m = scheduler.edge_tile_overhang(tiles_m, m, self.tile_mnk[0], granule_m)
+        overhang_n = scheduler.edge_tile_overhang(tiles_n, n, self.tile_mnk[1], granule_n)
         if cutlass.const_expr(self.config.split_k > 1):
             every_unit_split = cutlass.min(cutlass.max(num_clusters - units, 0), 1)
             none_split = 1 - cutlass.min(units % num_clusters, 1)
             alike = cutlass.min(every_unit_split + none_split, 1)
             overhang_m, overhang_n = overhang_m * alike, overhang_n * alike
-        return overhang_m, overhang_n
+        return tiles_m, tiles_n, overhang_m, overhang_n
 
     # -- consumers (wgmma warpgroups) + epilogue -----------------------------------------
 
     @cute.jit
-    def consumer(self, ring: SmemRing, tiled_mma, sA, sB, sD, tma_d, mD, sched, k_blocks: Int32,
+    def consumer(self, ring: SmemRing, tiled_mma, sA, sB, sD, tma_d, mD, sched, edges, k_blocks: Int32,
                  tidx: Int32, warp: Int32, flags: cute.Tensor, partials: cute.Tensor):
         clusters_m, clusters_n, batches, cta_m, cta_n, cluster_id, num_clusters = sched
+        tiles_m, tiles_n, overhang_m, overhang_n = edges
         cm, cn = self.config.cluster_m, self.config.cluster_n
         consumer_tidx = tidx - hardware.THREADS_PER_WARPGROUP
         # From the warp index, which the kernel made warp-uniform: the ring position and
@@ -477,8 +479,6 @@ class Sm90Gemm(GemmKernelBase):
         tCrA = tiled_mma.make_fragment_A(tCsA)
         tCrB = tiled_mma.make_fragment_B(tCsB)
         gD = cute.local_tile(mD, (self.tile_mnk[0], self.tile_mnk[1]), (None, None, None))
-        tiles_m = scheduler.ceil_div(mD.shape[0], self.tile_mnk[0])
-        tiles_n = scheduler.ceil_div(mD.shape[1], self.tile_mnk[1])
         tCgD = thr_mma.partition_C(gD)
         acc = cute.make_rmem_tensor(tCgD.shape[:3], self.acc_dtype)
         k_atoms = cute.size(tCrA, mode=[2])
@@ -521,7 +521,6 @@ class Sm90Gemm(GemmKernelBase):
         epi_count = Int32(0)  # epilogue sub-tiles stored so far, rotates sD buffers
         splits, stream = self.config.split_k, self.config.stream_k
         units = clusters_m * clusters_n * batches
-        overhang_m, overhang_n = self.edge_overhangs(mD.shape[0], mD.shape[1], units, num_clusters)
         steps = scheduler.steps_of_cluster(cluster_id, units, num_clusters, k_blocks, splits, stream)
         cta_rank = cta_m * cn + cta_n  # the workspace interleaves a cluster's CTAs
         while step < steps:
