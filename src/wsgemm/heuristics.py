@@ -352,11 +352,8 @@ def _swapped_candidates(m, n, k, sm_count, model):
         narrow = [t for t in SWAP_TILE_N if t >= m][:1] + [t for t in SWAP_TILE_N if 64 <= t < m <= 2 * t][:1]
     else:
         narrow = [t for t in (fitted_token_tile(m, 1), fitted_token_tile(m, 2)) if t <= MAX_TOKEN_TILE_N]
-    candidates = list(_candidates(n, m, k, 1, sm_count, (64, 128), tuple(narrow), True, model))
-    if m > SWAP_AB_MAX_M:
-        k_blocks = ceil_div(k, TILE_K)
-        candidates = [(seconds, config) for seconds, config in candidates
-                      if ceil_div(k_blocks, config.split_k) >= SWAP_TWO_TILES_MIN_K_BLOCKS]
+    min_item_k_blocks = SWAP_TWO_TILES_MIN_K_BLOCKS if m > SWAP_AB_MAX_M else 1
+    candidates = list(_candidates(n, m, k, 1, sm_count, (64, 128), tuple(narrow), True, model, min_item_k_blocks))
     return _break_ties(candidates) if candidates else []
 
 
@@ -375,8 +372,9 @@ def _break_ties(ranked):
     return close + [item for item in ranked if item[0] > best * 1.02]
 
 
-def _candidates(m, n, k, batches, sm_count, tile_ms, tile_ns, swap_ab, model):
-    """(modelled seconds, config) of each tile, cluster and split for the kernel's own M, N."""
+def _candidates(m, n, k, batches, sm_count, tile_ms, tile_ns, swap_ab, model, min_item_k_blocks=1):
+    """(modelled seconds, config) of each tile, cluster and split for the kernel's own M, N,
+    whose work items (whole or split k-loops) have at least ``min_item_k_blocks`` k-blocks."""
     k_blocks = ceil_div(k, TILE_K)
     for tile_m in tile_ms:
         for tile_n in tile_ns:
@@ -395,6 +393,8 @@ def _candidates(m, n, k, batches, sm_count, tile_ms, tile_ns, swap_ab, model):
                     # model's error and the jitter that already evens out the waves.
                     if split > 1 and (tail == 0 or tail * split > slots or units > MAX_WAVES_TO_SPLIT * slots
                                       or k_blocks < split * MIN_K_BLOCKS_PER_SPLIT):
+                        continue
+                    if ceil_div(k_blocks, split) < min_item_k_blocks:
                         continue
                     seconds = estimate_seconds(m, n, k, batches, sm_count, tile_m, tile_n, split, model,
                                                cluster_m, cluster_n)
