@@ -381,6 +381,22 @@ def test_two_token_tiles_are_fitted_to_the_tokens_in_steps_of_16():
     assert MMA_EFFICIENCY[64, 64] < mma_efficiency(64, 80) < MMA_EFFICIENCY[64, 96]
 
 
+def test_past_the_swaps_128_row_tiles_take_fitted_widths_where_they_fit_the_waves():
+    """1536x2560x8192: 11 columns of 240 make 132 tiles for 132 SMs, 10 of 256 make 120;
+    fitted plain widths only for 128-row tiles and past SWAP_TWO_TILES_MAX_M
+    (NOTES section 34)."""
+    from wsgemm.heuristics import FITTED_PLAIN_TILE_N, PLAIN_TILE_N, _plain_candidates
+
+    assert all(width % 32 == 16 and width not in PLAIN_TILE_N for width in FITTED_PLAIN_TILE_N)
+    chosen = choose_config("sm90", 1536, 2560, 8192, 1, H200_SMS)
+    assert (chosen.tile_m, chosen.tile_n) == (128, 240)
+    for m in (200, SWAP_TWO_TILES_MAX_M, 384, 1024, 4096):
+        fitted = {(c.tile_m, c.tile_n) for _, c in _plain_candidates(m, 2560, 8192, 1, H200_SMS, H200)
+                  if c.tile_n in FITTED_PLAIN_TILE_N}
+        assert all(tile_m == 128 for tile_m, _ in fitted)
+        assert bool(fitted) == (m > SWAP_TWO_TILES_MAX_M)
+
+
 def test_the_autotuner_times_two_tile_swaps_that_hold_the_calls_tokens():
     """Past M = 128 the autotuner's swapped candidates hold the call's own M in two
     token tiles, as the default path's do, not the bucket's largest M (512 here); a

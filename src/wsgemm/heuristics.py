@@ -151,6 +151,14 @@ MAX_TOKEN_TILE_N = 256
 # 10-15 us run); no two-tile swap was measured below K = 4096.
 SWAP_TWO_TILES_MIN_K_BLOCKS = 32
 PLAIN_TILE_N = (256, 224, 192, 160, 128, 96, 64)
+# Past the swaps' M, 128-row tiles may also take the odd multiples of 16 between those
+# widths, where they fit the waves better (1536x2560x8192: 11 columns of 240 fill 132
+# SMs, 10 of 256 leave 12 idle). On the shapes where the model then picks them,
+# 1.022x faster (24 shapes, M = 384-3072) and 1.021x on 21 held out (M = 448-2560),
+# 0.93-0.97x on 5 of the 45 (benchmarks/NOTES.md section 34). Not up to
+# SWAP_TWO_TILES_MAX_M, where plain tiles of every width ran 0.976x (31 shapes; they
+# displaced better swaps), nor for 64-row tiles (1.005x on 8).
+FITTED_PLAIN_TILE_N = (240, 208, 176, 144, 112, 80)
 SWAP_AB_MIN_GAIN = 0.95  # modelled time of the best swap / the best without
 # A split needs enough k-blocks to fill its ring and amortise the fix-up.
 MIN_K_BLOCKS_PER_SPLIT = 4
@@ -336,7 +344,10 @@ def _plain_candidates(m, n, k, batches, sm_count, model):
     # the model's 64-row picks at M = 384-1024 (N = 1024-2048, K = 1024) ran 1.06-1.89x
     # faster than its 128-row picks (benchmarks/NOTES.md section 24).
     tile_ms = (64,) if m <= 64 else (64, 128) if m <= 1024 else (128,)
-    return _break_ties(list(_candidates(m, n, k, batches, sm_count, tile_ms, PLAIN_TILE_N, False, model)))
+    ranked = list(_candidates(m, n, k, batches, sm_count, tile_ms, PLAIN_TILE_N, False, model))
+    if m > SWAP_TWO_TILES_MAX_M and 128 in tile_ms:
+        ranked += _candidates(m, n, k, batches, sm_count, (128,), FITTED_PLAIN_TILE_N, False, model)
+    return _break_ties(ranked)
 
 
 def _swapped_candidates(m, n, k, sm_count, model):
