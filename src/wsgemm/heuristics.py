@@ -88,8 +88,9 @@ MMA_EFFICIENCY = {
 
 
 def mma_efficiency(tile_m: int, tile_n: int) -> float:
-    """``MMA_EFFICIENCY``, read between its widths for the swapped token tiles fitted
-    in steps of 16 (``fitted_token_tile``); none of those was measured on its own."""
+    """``MMA_EFFICIENCY``, read on a line between its measured widths for the widths
+    in steps of 16 (``fitted_token_tile``, ``FITTED_PLAIN_TILE_N``); none of those was
+    measured on its own, and their 16-column epilogue steps are not charged."""
     if (tile_m, tile_n) in MMA_EFFICIENCY:
         return MMA_EFFICIENCY[tile_m, tile_n]
     widths = sorted(n for m, n in MMA_EFFICIENCY if m == tile_m)
