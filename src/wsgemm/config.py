@@ -230,9 +230,10 @@ def epilogue_tile(spec: "KernelSpec") -> tuple[int, int]:
             c.tile_m, c.tile_n, c.two_cta, DTYPE_BYTES[spec.out_dtype] * 8, None, spec.d_major == "m"
         )
     # A sub-tile is what one store step of the threads sharing a tile covers: 64 rows
-    # per wgmma warpgroup, 32 columns; 16 where the tile's width is an odd multiple of
-    # 16 (a warp's stmatrix.x4 writes 16x16, so 16 is the narrowest step).
-    return (min(c.tile_m, 64 * tile_warpgroups(c)), min(c.tile_n, 32 if c.tile_n % 32 == 0 else 16))
+    # per wgmma warpgroup, 32 columns; the narrowest step where the tile's width is an
+    # odd multiple of it.
+    columns = 2 * SM90_TILE_N_STEP if c.tile_n % (2 * SM90_TILE_N_STEP) == 0 else SM90_TILE_N_STEP
+    return (min(c.tile_m, 64 * tile_warpgroups(c)), min(c.tile_n, columns))
 
 
 def cta_pair(config: GemmConfig) -> int:
@@ -313,9 +314,10 @@ def sm90_register_budget(config: GemmConfig) -> RegisterBudget:
 # --------------------------------------------------------------------------------------
 
 SM90_TILE_M = (64, 128)
-# wgmma takes any N that is a multiple of 8 up to 256; the epilogue's stmatrix writes
-# 16 columns per warp, so tiles are multiples of 16 (``epilogue_tile``).
-SM90_TILE_N = tuple(range(16, 257, 16))
+# wgmma takes any N that is a multiple of 8 up to 256; a warp's stmatrix.x4 writes
+# 16x16, the epilogue's narrowest step, so tiles are multiples of 16 (``epilogue_tile``).
+SM90_TILE_N_STEP = 16
+SM90_TILE_N = tuple(range(SM90_TILE_N_STEP, 257, SM90_TILE_N_STEP))
 TILE_K = (64,)
 CLUSTER_DIMS = (1, 2, 4)
 SWIZZLES = (1, 2, 4, 8, 16)

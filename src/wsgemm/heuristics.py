@@ -18,7 +18,7 @@ import dataclasses
 import functools
 from dataclasses import dataclass
 
-from .config import DEFAULT_MAX_STAGES, GemmConfig, KernelSpec, Raster, smem_budget
+from .config import DEFAULT_MAX_STAGES, SM90_TILE_N, SM90_TILE_N_STEP, GemmConfig, KernelSpec, Raster, smem_budget
 from .kernels.common import stream_k
 from .kernels.common.scheduler import TileGrid, ceil_div
 
@@ -140,12 +140,10 @@ SWAP_TILE_N = (16, 32, 64, 96, 128)
 # (benchmarks/NOTES.md section 32) ...
 SWAP_TWO_TILES_MAX_M = 320
 # ... and the tiles are fitted to the tokens in steps of 16, the kernel's narrowest
-# epilogue step (``fitted_token_tile``): at M = 200 two 128-wide tiles are 22 %
-# padding, two 112-wide ones 11 %. On the 36 shapes of M = 136-288 timed where that
+# epilogue step (``fitted_token_tile``, ``SM90_TILE_N_STEP``): at M = 200 two
+# 128-wide tiles are 22 % padding, two 112-wide ones 11 %. On the 36 shapes of M = 136-288 timed where that
 # changed the plan, 1.098x faster (0.92x -> 1.01x of cuBLAS, none slower by 3 %;
 # NOTES section 34) ...
-TOKEN_TILE_STEP = 16
-MAX_TOKEN_TILE_N = 256
 # ... and only for work items (whole or split k-loops) of at least this many k-blocks:
 # 16-block splits of 128x96 and 128x160 swapped tiles at N = 2048, K = 4096 ran
 # 0.82-0.97x of the unswapped 64-row tiles (their fix-up is a larger share of a
@@ -159,7 +157,8 @@ PLAIN_TILE_N = (256, 224, 192, 160, 128, 96, 64)
 # 0.93-0.97x on 5 of the 45 (benchmarks/NOTES.md section 34). Not up to
 # SWAP_TWO_TILES_MAX_M, where plain tiles of every width ran 0.976x (31 shapes; they
 # displaced better swaps), nor for 64-row tiles (1.005x on 8).
-FITTED_PLAIN_TILE_N = (240, 208, 176, 144, 112, 80)
+FITTED_PLAIN_TILE_N = tuple(n for n in reversed(SM90_TILE_N) if min(PLAIN_TILE_N) < n < max(PLAIN_TILE_N)
+                            and n not in PLAIN_TILE_N)
 SWAP_AB_MIN_GAIN = 0.95  # modelled time of the best swap / the best without
 # A split needs enough k-blocks to fill its ring and amortise the fix-up.
 MIN_K_BLOCKS_PER_SPLIT = 4
@@ -363,7 +362,7 @@ def _swapped_candidates(m, n, k, sm_count, model):
     if m <= SWAP_AB_MAX_M:
         narrow = [t for t in SWAP_TILE_N if t >= m][:1] + [t for t in SWAP_TILE_N if 64 <= t < m <= 2 * t][:1]
     else:
-        narrow = [t for t in (fitted_token_tile(m, 1), fitted_token_tile(m, 2)) if t <= MAX_TOKEN_TILE_N]
+        narrow = [t for t in (fitted_token_tile(m, 1), fitted_token_tile(m, 2)) if t in SM90_TILE_N]
     min_item_k_blocks = SWAP_TWO_TILES_MIN_K_BLOCKS if m > SWAP_AB_MAX_M else 1
     candidates = list(_candidates(n, m, k, 1, sm_count, (64, 128), tuple(narrow), True, model, min_item_k_blocks))
     return _break_ties(candidates) if candidates else []
@@ -371,7 +370,7 @@ def _swapped_candidates(m, n, k, sm_count, model):
 
 def fitted_token_tile(m: int, tiles: int) -> int:
     """The narrowest swapped N tile of which ``tiles`` hold ``m`` tokens."""
-    return ceil_div(ceil_div(m, tiles), TOKEN_TILE_STEP) * TOKEN_TILE_STEP
+    return ceil_div(ceil_div(m, tiles), SM90_TILE_N_STEP) * SM90_TILE_N_STEP
 
 
 def _break_ties(ranked):
