@@ -589,3 +589,27 @@ def test_clock_throttle_table_names_the_fastest_candidate_and_unsampled_phases()
     md = clock_throttle.render(report)
     assert "| 8x8x8 | 0 | suite | 1.0 | 2.0 | - | not sampled |" in md
     assert "| 8x8x8 | 0 | autotuner, 12 candidates | - | 2.0 | 2.5 (b) | 1575-1980 |" in md
+
+
+def test_sustained_table_compares_back_to_back_calls_and_single_calls(monkeypatch):
+    monkeypatch.syspath_prepend(str(BENCH_DIR))  # sustained.py imports its siblings by name
+    pytest.importorskip("torch")
+    sustained = load("sustained")
+
+    def run(ms, mhz):
+        return {"ms": ms, "calls": 10, "mhz": mhz, "watts": 690.0}
+
+    report = {"name": "t", "command": "python benchmarks/sustained.py --shapes 8x8x8", "date": "today",
+              "environment": {"gpu": "NVIDIA H200", "torch": "2.11", "cutlass_dsl": "4.8.1"},
+              "seconds": 1.0, "rounds": 2, "single": 10,
+              "shapes": [{"shape": [8, 8, 8], "wsgemm_plan": "direct 128x256",
+                          "sustained": {"torch.matmul": [run(2.0, 1450), run(2.2, 1460)],
+                                        "wsgemm-w1": [run(2.5, 1250), run(2.3, 1270)]},
+                          "single_ms": {"torch.matmul": 2.0, "wsgemm-w1": 1.6}}]}
+    rows = sustained.summary(report["shapes"][0])
+    assert rows["wsgemm-w1"]["mhz"] == 1260 and rows["wsgemm-w1"]["x_torch"] == pytest.approx(2.1 / 2.4)
+    md = sustained.markdown(report)
+    assert "| 8x8x8 | `direct 128x256` | wsgemm-w1 | 2400 | 1260 | 690 | 0.875x | 1600 | 1.250x |" in md
+    assert "CuTe DSL 4.8.1" in md and md.rstrip().endswith("`python benchmarks/sustained.py --shapes 8x8x8`")
+    assert [name for name in sustained.implementations([1, 8])] == ["torch.matmul", "wsgemm", "wsgemm-w1",
+                                                                     "wsgemm-w8"]
