@@ -387,3 +387,30 @@ def test_plans_switch_devices_only_with_several_gpus_and_only_when_another_is_cu
             assert plan.run(a, b, out) is out and not out.any()
             out.fill_(float("nan"))
     assert switched == [torch.device("cuda", 1)]
+
+
+def test_long_grids_walk_in_raster_bands_whatever_was_chosen():
+    """M >= 8192 at K >= 4096 over 16 or more cluster columns: a configuration that
+    would walk all of M before moving along N walks in bands of 8 cluster columns
+    (NOTES section 35: back to back, the re-reads of A cost clock at the H200's power
+    limit). A band width already chosen is kept; shorter M or K, narrow grids,
+    swapped and batched problems keep what was chosen; a caller's config is used as
+    given."""
+    pair = GemmConfig(tile_m=128, tile_n=224, cluster_m=2)
+    banded = with_launch_policy("sm90", pair, 16384, 10240, 8192, 1, 132)
+    assert (banded.swizzle, banded.tile_n, banded.cluster_m) == (8, 224, 2)
+    assert with_launch_policy("sm90", GemmConfig(tile_m=128, tile_n=256), 8192, 8192, 4096, 1, 132).swizzle == 8
+    assert with_launch_policy("sm90", GemmConfig(tile_m=128, tile_n=256, swizzle=4), 16384, 8192, 8192, 1,
+                              132).swizzle == 4
+    unchanged = [
+        (pair, 4096, 10240, 8192, 1),  # M = 4096: within +-1 % measured
+        (pair, 16384, 10240, 2048, 1),  # 32 k-blocks
+        (pair, 16384, 2048, 8192, 1),  # 9 cluster columns
+        (pair, 16384, 10240, 8192, 2),  # batched
+        (GemmConfig(tile_m=128, tile_n=224, cluster_m=2, swap_ab=True), 16384, 10240, 8192, 1),
+    ]
+    for config, m, n, k, batches in unchanged:
+        assert with_launch_policy("sm90", config, m, n, k, batches, 132).swizzle == 1, (m, n, k, batches)
+    x, w = meta(16384, 8192), meta(10240, 8192)
+    assert plan(x, w.t(), gpu="NVIDIA H200")[1].config.swizzle == 8
+    assert plan(x, w.t(), pair, gpu="NVIDIA H200")[1].config.swizzle == 1

@@ -296,14 +296,54 @@ def candidates_to_time(m: int, n: int, k: int, batches: int, sm_count: int, can_
     return _diverse(plain, count - half) + _diverse(swapped, half)
 
 
-# Raster band width (``GemmConfig.swizzle``) the autotuner also tries for long runs.
+# Raster band width (``GemmConfig.swizzle``) the autotuner also tries for long runs,
+# and which long grids get whatever was chosen (``LONG_GRID_MIN_M`` below).
 # Walking all of M before moving along N re-reads A from HBM once per wave when a
 # column of tiles holds more of A than L2 keeps; bands of 8 cluster columns keep a
 # wave's A and B rows in L2. Measured on an H200 (NOTES section 17): 1-4 % faster in
 # 12 of 23 LLM and square buckets (K = 4096 mostly), within 0.5 % in 8, and 6-13 %
 # slower in 3 with long K at M = 16384, where a band's rows no longer fit L2. That
-# depends on K and on what L2 keeps, so the autotuner tries it and the model does not.
+# depends on K and on what L2 keeps, so the autotuner tries it and the model does not
+# (except for long grids, where section 35 found bands faster back-to-back).
 BAND_CLUSTERS = 8
+
+
+# Long grids walk in bands of ``BAND_CLUSTERS`` whatever was chosen
+# (:func:`_with_long_grid_bands`). Walking all of M before moving along N re-reads A
+# from HBM for every column of tiles, and back-to-back calls on an H200 run at its
+# power limit (~690 W), where HBM traffic costs clock (benchmarks/NOTES.md section
+# 35, calls back to back for 1 s):
+# - M = 16384, the five LLM buckets whose table winners walked without bands: 1215-1320
+#   MHz and 0.876-0.934x of torch.matmul; in bands of 8, 1384-1402 MHz and 0.970-1.001x
+#   (+5 to +13 %); 16384^3 0.920x -> 1.020x;
+# - M = 8192: 8192^3 0.994x -> 1.025x, and bands of 8 2-3 % ahead of none in three
+#   LLM buckets whose table winners have them;
+# - M = 4096: bands of 8 within -1.0 to +0.7 % of none (four buckets), so not there.
+# In the suite's protocol (single calls after an L2 flush) the five M = 16384 buckets
+# ran -2.8 % to +1.2 % (geometric mean -0.6 %), 8192^3 +4.2 %, 16384^3 +-0. Bands of
+# 4 ran about 1 % behind 8 back to back. All of it unswapped, unbatched, at K >= 4096,
+# on grids 16 or more cluster columns wide; elsewhere what was chosen is kept.
+LONG_GRID_MIN_M = 8192
+LONG_GRID_MIN_K_BLOCKS = 64
+LONG_GRID_MIN_CLUSTER_COLUMNS = 2 * BAND_CLUSTERS
+
+
+def _with_long_grid_bands(config: GemmConfig, m: int, n: int, k_blocks: int, batches: int,
+                          sm_count: int) -> GemmConfig:
+    """``config`` walking in bands of ``BAND_CLUSTERS`` cluster columns where it would
+    walk all of M (at least ``LONG_GRID_MIN_M`` rows) before moving along N, with
+    k-loops of at least ``LONG_GRID_MIN_K_BLOCKS``, over a grid at least
+    ``LONG_GRID_MIN_CLUSTER_COLUMNS`` cluster columns wide and two waves long; else
+    ``config``, whose band width, if the autotuner or the table chose one, is kept.
+    Unswapped, unbatched problems only (as measured)."""
+    if (config.swap_ab or batches != 1 or config.raster != Raster.ALONG_M or config.swizzle != 1
+            or m < LONG_GRID_MIN_M or k_blocks < LONG_GRID_MIN_K_BLOCKS):
+        return config
+    grid = TileGrid.for_problem(m, n, batches, config)
+    if grid.clusters_n < LONG_GRID_MIN_CLUSTER_COLUMNS or grid.units < 2 * resident_clusters(
+            sm_count, config.cluster_size):
+        return config
+    return dataclasses.replace(config, swizzle=BAND_CLUSTERS)
 
 
 def _banded_variant(config: GemmConfig, m: int, n: int, batches: int, sm_count: int) -> GemmConfig | None:
@@ -539,7 +579,8 @@ def with_launch_policy(arch: str, config: GemmConfig, m: int, n: int, k: int, ba
     is used as given) is launched on the kernel's own (``m``, ``n``, ``k``,
     ``batches``) problem: one warpgroup per tile for one wave of tiles, ping-pong
     consumers for short k-loops, stream-K for the last wave of a long run, and
-    programmatic dependent launch (``GemmConfig.dependent_launch``).
+    raster bands for long grids, and programmatic dependent launch
+    (``GemmConfig.dependent_launch``).
 
     **One warpgroup per tile** (:func:`_solo_tile_variant`): where 128x128 tiles in
     2x1 clusters fill one wave (at least ``SOLO_TILE_MIN_FILL`` of the CTAs, none
@@ -560,6 +601,11 @@ def with_launch_policy(arch: str, config: GemmConfig, m: int, n: int, k: int, ba
     SMs without a tile idle for a whole tile-time (kernels/common/stream_k.py); not
     for k-loops shorter than ``STREAM_K_MIN_K_BLOCKS``, nor where K is too long for
     the kernel's 32-bit stream-K arithmetic.
+
+    **Raster bands** (:func:`_with_long_grid_bands`) of ``BAND_CLUSTERS`` cluster
+    columns where a configuration would walk all of M >= ``LONG_GRID_MIN_M`` before
+    moving along N, at K >= 4096: back-to-back calls of such grids run at the H200's
+    power limit, where the HBM traffic of re-reading A costs clock.
 
     **Dependent launch** for unsplit tiles 64 rows tall and 64 to 128 wide: short,
     memory-bound kernels whose CTAs end raggedly, where the next kernel's CTAs setting
@@ -587,6 +633,7 @@ def with_launch_policy(arch: str, config: GemmConfig, m: int, n: int, k: int, ba
     if (config.split_k == 1 and not config.pingpong and units % slots and units // slots >= STREAM_K_MIN_WAVES
             and k_blocks >= STREAM_K_MIN_K_BLOCKS and stream_k.fits_int32(units, slots, k_blocks)):
         config = dataclasses.replace(config, stream_k=True)
+    config = _with_long_grid_bands(config, m, n, k_blocks, batches, sm_count)
     if not config.has_workspace and config.tile_m == 64 and 64 <= config.tile_n <= 128:
         config = dataclasses.replace(config, dependent_launch=True)
     return config
