@@ -403,9 +403,9 @@ def test_long_grids_walk_in_raster_bands_whatever_was_chosen():
     assert with_launch_policy("sm90", GemmConfig(tile_m=128, tile_n=256, swizzle=4), 16384, 8192, 8192, 1,
                               132).swizzle == 4
     unchanged = [
-        (pair, 4096, 10240, 8192, 1),  # M = 4096: within +-1 % measured
+        (pair, 4096, 10240, 8192, 1),  # M = 4096: bands within -1.0 to +0.7 % there
         (pair, 16384, 10240, 2048, 1),  # 32 k-blocks
-        (pair, 16384, 2048, 8192, 1),  # 9 cluster columns
+        (pair, 16384, 2048, 8192, 1),  # 10 cluster columns
         (pair, 16384, 10240, 8192, 2),  # batched
         (GemmConfig(tile_m=128, tile_n=224, cluster_m=2, swap_ab=True), 16384, 10240, 8192, 1),
     ]

@@ -578,8 +578,8 @@ def with_launch_policy(arch: str, config: GemmConfig, m: int, n: int, k: int, ba
     """How a configuration wsgemm chose (table, model or autotuner; a caller's config
     is used as given) is launched on the kernel's own (``m``, ``n``, ``k``,
     ``batches``) problem: one warpgroup per tile for one wave of tiles, ping-pong
-    consumers for short k-loops, stream-K for the last wave of a long run, and
-    raster bands for long grids, and programmatic dependent launch
+    consumers for short k-loops, stream-K for the last wave of a long run, raster
+    bands for long grids, and programmatic dependent launch
     (``GemmConfig.dependent_launch``).
 
     **One warpgroup per tile** (:func:`_solo_tile_variant`): where 128x128 tiles in
