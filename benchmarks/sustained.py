@@ -17,14 +17,19 @@ power each implementation draws per FLOP: HBM traffic costs clock
 Implementations: ``torch.matmul``, ``wsgemm`` (its default path) and, per ``--bands``,
 ``wsgemm-wS``: the default path's configuration walking the output in raster bands of
 S cluster columns (``GemmConfig.swizzle``; 1 walks all of M before moving along N).
+Problems: ``--shapes`` (B = W.t() of an (N, K) weight), or the suite's own problems
+(``--suite``, with their layouts) of at least ``--min-gflop`` per call, where a run of
+calls reaches the power limit: the scoreboard's large rows, back to back.
 
     python benchmarks/sustained.py --shapes 16384x10240x8192,8192x8192x8192 --bands 1,8 --single 10
+    python benchmarks/sustained.py --suite llm --suite square --bands "" --name sustained_llm_square
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import statistics
 import sys
 import threading
@@ -34,13 +39,18 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import shapes as suites  # noqa: E402
 from bench_gemm import environment, parse_shapes  # noqa: E402
-from suite import TOLERANCE, check, default_config_with  # noqa: E402
+from suite import TOLERANCE, check, default_config_with, make_operands  # noqa: E402
 
 import wsgemm  # noqa: E402
 from wsgemm import timing  # noqa: E402
 
 SAMPLE_SECONDS = 0.02
+# With --suite: problems below this many GFLOP per call are left out (a call of 500
+# GFLOP takes ~0.7 ms on an H200; smaller ones rarely run long enough back to back to
+# meet the power limit in a model's forward pass).
+MIN_GFLOP = 500.0
 
 
 def sample_gpu(stop: threading.Event, samples: list) -> None:
@@ -85,16 +95,25 @@ def implementations(bands: list[int]) -> dict:
     return fns
 
 
-def run_shape(shape, fns: dict, args) -> dict:
-    m, n, k = shape
-    a = torch.randn(m, k, device="cuda").to(torch.bfloat16)
-    b = torch.randn(n, k, device="cuda").to(torch.bfloat16).t()  # an nn.Linear weight, as the LLM suite
+def problems(args) -> list:
+    """The problems to time: the suites' own (``--suite``, at least ``--min-gflop``), or
+    ``--shapes`` with B = W.t() of an (N, K) weight, as the LLM suite passes it."""
+    if args.suite:
+        return [p for p in suites.select(args.suite, args.filter) if p.flops >= args.min_gflop * 1e9]
+    return [suites.Problem(f"shape/{m}x{n}x{k}", m, n, k, layout="b_weight_t")
+            for m, n, k in parse_shapes(args.shapes)]
+
+
+def run_problem(problem, fns: dict, args) -> dict:
+    a, b = make_operands(problem, torch.bfloat16)
     ref = torch.matmul(a.float(), b.float())
     checks = {name: check(fn, a, b, ref, TOLERANCE["bf16"]) for name, fn in fns.items()}
     del ref
     good = {name: (lambda fn=fn: fn(a, b)) for name, fn in fns.items() if checks[name]["status"] == "ok"}
     plan = wsgemm.api.make_plan(a, b, None, None, None)
-    row = {"shape": [m, n, k], "b": "W.t()", "wsgemm_plan": f"{plan.mode} {plan.spec.config.short()}",
+    row = {"label": problem.label, "shape": [problem.m, problem.n, problem.k], "batch": problem.batch,
+           "b": "W.t()" if problem.layout == "b_weight_t" else "(K, N)",
+           "wsgemm_plan": f"{plan.mode} {plan.spec.config.short()}",
            "checks": checks, "sustained": {name: [] for name in good}}
     for _ in range(args.rounds):
         for name, fn in good.items():
@@ -119,31 +138,58 @@ def summary(row: dict) -> dict:
     return out
 
 
+def geometric_means(report: dict) -> dict:
+    """{implementation (and 'NAME, single'): geometric mean of its x torch.matmul over
+    the problems where both ran}."""
+    ratios: dict = {}
+    for row in report["shapes"]:
+        for name, s in summary(row).items():
+            if name == "torch.matmul":
+                continue
+            if s["x_torch"]:
+                ratios.setdefault(name, []).append(s["x_torch"])
+            if s["single_x_torch"]:
+                ratios.setdefault(f"{name}, single", []).append(s["single_x_torch"])
+    return {name: math.exp(sum(map(math.log, values)) / len(values)) for name, values in ratios.items()}
+
+
 def markdown(report: dict) -> str:
     env = report["environment"]
     lines = [f"# {report['name']}\n",
              f"{env['gpu']}, torch {env['torch']}, CuTe DSL {env.get('cutlass_dsl', '?')}; {report['date']}. "
-             f"B is an (N, K) weight passed as `W.t()`, bf16. **Sustained**: each implementation called back to "
-             f"back for {report['seconds']} s (the first half untimed), in turns, {report['rounds']} rounds; "
+             "bf16; column B: how B was passed (`W.t()` of an (N, K) weight, or (K, N) row-major). "
+             f"**Sustained**: each implementation called back to back for {report['seconds']} s (the first half "
+             f"untimed), in turns, {report['rounds']} rounds; "
              "median ms per call with the median SM clock and board power sampled meanwhile. "
              + (f"**Single**: the suite's protocol, {report['single']} single calls in turns, each after an "
                 "L2 flush. " if report["single"] else "")
              + "Every output was checked against a float32 reference first.\n",
-             "| shape | wsgemm plan | implementation | sustained us | MHz | W | x torch.matmul | single us | "
-             "x torch.matmul (single) |", "|---|---|---|---|---|---|---|---|---|"]
+             "| problem | shape | B | wsgemm plan | implementation | sustained us | MHz | W | x torch.matmul | "
+             "single us | x torch.matmul (single) |", "|---|---|---|---|---|---|---|---|---|---|---|"]
     for row in report["shapes"]:
         m, n, k = row["shape"]
+        shape = f"{row.get('batch', 1)}x{m}x{n}x{k}" if row.get("batch", 1) > 1 else f"{m}x{n}x{k}"
         for name, s in summary(row).items():
             single = f"{s['single_ms'] * 1e3:.0f} | {s['single_x_torch']:.3f}x" if s["single_ms"] else "- | -"
-            lines.append(f"| {m}x{n}x{k} | `{row['wsgemm_plan']}` | {name} | {s['ms'] * 1e3:.0f} | "
-                         f"{s['mhz']:.0f} | {s['watts']:.0f} | {s['x_torch']:.3f}x | {single} |")
+            lines.append(f"| {row.get('label', '')} | {shape} | {row.get('b', 'W.t()')} | `{row['wsgemm_plan']}` | "
+                         f"{name} | {s['ms'] * 1e3:.0f} | {s['mhz']:.0f} | {s['watts']:.0f} | {s['x_torch']:.3f}x | "
+                         f"{single} |")
+    means = geometric_means(report)
+    if means:
+        lines.append("\nGeometric mean over the problems, x torch.matmul: "
+                     + "; ".join(f"{name} {value:.3f}x" for name, value in means.items()))
     lines.append(f"\nRegenerate: `{report['command']}`")
     return "\n".join(lines) + "\n"
 
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--shapes", default="16384x10240x8192,8192x8192x8192", help="MxNxK[,MxNxK...]")
+    p.add_argument("--shapes", default="16384x10240x8192,8192x8192x8192",
+                   help="MxNxK[,MxNxK...], B = W.t() (ignored with --suite)")
+    p.add_argument("--suite", action="append", choices=sorted(suites.SUITES),
+                   help="the suite's problems of at least --min-gflop instead (repeatable)")
+    p.add_argument("--filter", help="with --suite: keep labels this regular expression matches")
+    p.add_argument("--min-gflop", type=float, default=MIN_GFLOP)
     p.add_argument("--bands", default="1,8", help="raster band widths of the default plan to add (empty: none)")
     p.add_argument("--seconds", type=float, default=1.0, help="back-to-back seconds per implementation and round")
     p.add_argument("--rounds", type=int, default=2)
@@ -154,14 +200,14 @@ def main(argv=None) -> int:
     if not torch.cuda.is_available():
         raise SystemExit("sustained.py needs a CUDA GPU")
     fns = implementations([int(v) for v in args.bands.split(",") if v])
-    shapes = parse_shapes(args.shapes)
+    todo = problems(args)
     report = {"name": args.name, "command": "python benchmarks/sustained.py " + " ".join(argv or sys.argv[1:]),
               "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "environment": environment(),
               "seconds": args.seconds, "rounds": args.rounds, "single": args.single, "shapes": []}
-    for i, shape in enumerate(shapes, 1):
-        print(f"[{i}/{len(shapes)}] {'x'.join(map(str, shape))}: {len(fns)} implementations, "
+    for i, problem in enumerate(todo, 1):
+        print(f"[{i}/{len(todo)}] {problem.label} ({problem.shape_text}): {len(fns)} implementations, "
               f"{args.rounds} x {args.seconds} s back to back each", flush=True)
-        row = run_shape(shape, fns, args)
+        row = run_problem(problem, fns, args)
         report["shapes"].append(row)
         for name, s in summary(row).items():
             single = f", single {s['single_x_torch']:.3f}x" if s["single_ms"] else ""

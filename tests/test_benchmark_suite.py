@@ -609,7 +609,24 @@ def test_sustained_table_compares_back_to_back_calls_and_single_calls(monkeypatc
     rows = sustained.summary(report["shapes"][0])
     assert rows["wsgemm-w1"]["mhz"] == 1260 and rows["wsgemm-w1"]["x_torch"] == pytest.approx(2.1 / 2.4)
     md = sustained.markdown(report)
-    assert "| 8x8x8 | `direct 128x256` | wsgemm-w1 | 2400 | 1260 | 690 | 0.875x | 1600 | 1.250x |" in md
+    assert "| 8x8x8 | W.t() | `direct 128x256` | wsgemm-w1 | 2400 | 1260 | 690 | 0.875x | 1600 | 1.250x |" in md
+    assert "wsgemm-w1 0.875x; wsgemm-w1, single 1.250x" in md
     assert "CuTe DSL 4.8.1" in md and md.rstrip().endswith("`python benchmarks/sustained.py --shapes 8x8x8`")
     assert [name for name in sustained.implementations([1, 8])] == ["torch.matmul", "wsgemm", "wsgemm-w1",
                                                                      "wsgemm-w8"]
+
+
+def test_sustained_takes_a_suites_large_problems_with_their_layouts(monkeypatch):
+    import argparse
+
+    monkeypatch.syspath_prepend(str(BENCH_DIR))
+    pytest.importorskip("torch")
+    sustained = load("sustained")
+    args = argparse.Namespace(suite=["llm", "square"], filter=None, min_gflop=500.0, shapes="")
+    picked = sustained.problems(args)
+    assert picked and all(p.flops >= 500e9 for p in picked)
+    assert {p.layout for p in picked if p.label.startswith("llm/")} == {"b_weight_t"}
+    assert "square/8192^3" in {p.label for p in picked} and "square/1024^3" not in {p.label for p in picked}
+    args.suite, args.shapes = None, "16384x10240x8192"
+    (only,) = sustained.problems(args)
+    assert (only.m, only.n, only.k, only.layout) == (16384, 10240, 8192, "b_weight_t")
