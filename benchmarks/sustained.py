@@ -16,8 +16,9 @@ power each implementation draws per FLOP: HBM traffic costs clock
 
 Implementations: ``torch.matmul``, ``wsgemm`` (its default path) and, per ``--bands``,
 ``wsgemm-wS``: the default path's configuration walking the output in raster bands of
-S cluster columns (``GemmConfig.swizzle``; 1 walks all of M before moving along N).
-Problems: ``--shapes`` (B = W.t() of an (N, K) weight), or the suite's own problems
+S cluster columns (``GemmConfig.swizzle``; 1 walks all of M before moving along N);
+per ``--configs``, other tiles, clusters and bands (as the default path would launch
+them, with the band width given). Problems: ``--shapes`` (B = W.t() of an (N, K) weight), or the suite's own problems
 (``--suite``, with their layouts) of at least ``--min-gflop`` per call, where a run of
 calls reaches the power limit: the scoreboard's large rows, back to back.
 
@@ -88,10 +89,45 @@ def back_to_back(fn, seconds: float) -> dict:
             "watts": statistics.median(s[1] for s in samples) if samples else None}
 
 
-def implementations(bands: list[int]) -> dict:
+def parse_config(text: str) -> wsgemm.GemmConfig:
+    """``TMxTN:CMxCN[:wS]`` -> a GemmConfig (tile, cluster, raster band width S, default 1)."""
+    tile, cluster, *band = text.split(":")
+    tile_m, tile_n = (int(v) for v in tile.split("x"))
+    cluster_m, cluster_n = (int(v) for v in cluster.split("x"))
+    swizzle = int(band[0].removeprefix("w")) if band else 1
+    return wsgemm.GemmConfig(tile_m=tile_m, tile_n=tile_n, cluster_m=cluster_m, cluster_n=cluster_n, swizzle=swizzle)
+
+
+def launched_as_given(config: wsgemm.GemmConfig):
+    """f(a, b): ``config`` launched as the default path launches its own choices
+    (``heuristics.as_launched``: stream-K, epilogue buffers, ...) but with the band
+    width it names, which the launch policy would otherwise widen on long grids."""
+    import dataclasses
+
+    from wsgemm import heuristics
+
+    configs = {}
+
+    def gemm(a, b):
+        if a.dim() != 2:
+            raise ValueError("--configs takes 2-D problems")
+        key = (a.shape, b.shape)
+        if key not in configs:
+            sms = torch.cuda.get_device_properties(a.device).multi_processor_count
+            launched = heuristics.as_launched("sm90", config, a.shape[0], b.shape[1], a.shape[1], 1, sms,
+                                              "bf16", "bf16")
+            configs[key] = dataclasses.replace(launched, swizzle=config.swizzle)
+        return wsgemm.gemm(a, b, config=configs[key])
+
+    return gemm
+
+
+def implementations(bands: list[int], configs: list[str] = ()) -> dict:
     fns = {"torch.matmul": torch.matmul, "wsgemm": wsgemm.gemm}
     for band in bands:
         fns[f"wsgemm-w{band}"] = default_config_with(swizzle=band)
+    for text in configs:
+        fns[f"wsgemm {text}"] = launched_as_given(parse_config(text))
     return fns
 
 
@@ -191,6 +227,9 @@ def main(argv=None) -> int:
     p.add_argument("--filter", help="with --suite: keep labels this regular expression matches")
     p.add_argument("--min-gflop", type=float, default=MIN_GFLOP)
     p.add_argument("--bands", default="1,8", help="raster band widths of the default plan to add (empty: none)")
+    p.add_argument("--configs", default="",
+                   help="configurations to add, TMxTN:CMxCN[:wS] (e.g. 128x256:2x1:w8,128x256:2x2:w8), launched "
+                   "as the default path launches its own, with the band width given")
     p.add_argument("--seconds", type=float, default=1.0, help="back-to-back seconds per implementation and round")
     p.add_argument("--rounds", type=int, default=2)
     p.add_argument("--single", type=int, default=0, help="also time REPS single calls after an L2 flush")
@@ -199,7 +238,7 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     if not torch.cuda.is_available():
         raise SystemExit("sustained.py needs a CUDA GPU")
-    fns = implementations([int(v) for v in args.bands.split(",") if v])
+    fns = implementations([int(v) for v in args.bands.split(",") if v], [c for c in args.configs.split(",") if c])
     todo = problems(args)
     report = {"name": args.name, "command": "python benchmarks/sustained.py " + " ".join(argv or sys.argv[1:]),
               "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "environment": environment(),

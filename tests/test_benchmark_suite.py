@@ -630,3 +630,23 @@ def test_sustained_takes_a_suites_large_problems_with_their_layouts(monkeypatch)
     args.suite, args.shapes = None, "16384x10240x8192"
     (only,) = sustained.problems(args)
     assert (only.m, only.n, only.k, only.layout) == (16384, 10240, 8192, "b_weight_t")
+
+
+def test_sustained_configs_keep_the_band_width_they_name(monkeypatch):
+    monkeypatch.syspath_prepend(str(BENCH_DIR))
+    torch = pytest.importorskip("torch")
+    sustained = load("sustained")
+    from wsgemm import GemmConfig
+
+    assert sustained.parse_config("128x256:2x2:w8") == GemmConfig(tile_m=128, tile_n=256, cluster_m=2, cluster_n=2,
+                                                                   swizzle=8)
+    assert sustained.parse_config("128x224:1x1").swizzle == 1
+    ran = []
+    monkeypatch.setattr(sustained.wsgemm, "gemm", lambda a, b, config=None: ran.append(config))
+    h200 = type("Properties", (), {"multi_processor_count": 132})
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda device: h200)
+    gemm = sustained.launched_as_given(sustained.parse_config("128x256:2x1"))
+    gemm(torch.empty(16384, 8192, device="meta"), torch.empty(8192, 10240, device="meta"))
+    assert ran[0].swizzle == 1 and ran[0].stream_k  # launched as the default path would, band width as given
+    assert list(sustained.implementations([], ["128x256:2x1:w8"])) == ["torch.matmul", "wsgemm",
+                                                                       "wsgemm 128x256:2x1:w8"]
