@@ -13,7 +13,7 @@ each shown here with its arithmetic and its measurement on an H200:
    256) instead of a third 128-row tile that is mostly padding.
 
 The shared-memory budgets come from ``wsgemm.config`` (what the kernel allocates);
-the times from benchmarks/results/sweep_small_mid_m.json (benchmarks/NOTES.md
+the times from benchmarks/results/sweep_small_mid_m.json.gz (benchmarks/NOTES.md
 section 13) and, for 4, from table_one_wave_off_m_ab.json.gz,
 swap_two_tiles_ab.json.gz and fitted_token_tiles_ab_2.json.gz (sections 31, 32 and 34).
 
@@ -30,7 +30,7 @@ from wsgemm import GemmConfig
 from wsgemm import config as cfg
 
 RESULTS = Path(__file__).resolve().parents[1] / "benchmarks" / "results"
-SWEEPS = json.loads((RESULTS / "sweep_small_mid_m.json").read_text())["sweeps"]
+SWEEPS = json.loads(gzip.open(RESULTS / "sweep_small_mid_m.json.gz").read())["sweeps"]
 LOAD_LATENCY_US = 1.0  # a TMA load from HBM under load, roughly (wsgemm.heuristics)
 
 
