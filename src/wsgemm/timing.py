@@ -18,6 +18,11 @@ it, and the benchmarks, which report by it.
   such kernels are timed again as CUDA-graph replays of back-to-back calls
   (:func:`capture_back_to_back`) over rotating operand copies
   (:func:`graph_operand_copies`).
+
+What this protocol does not show: large GEMMs called back to back, as a model's forward
+pass at large M calls them, hold an H200 at its power limit, where the clock follows
+the power each kernel draws (its HBM traffic, for one); ``benchmarks/sustained.py``
+times that regime (benchmarks/NOTES.md section 35).
 """
 
 from __future__ import annotations
