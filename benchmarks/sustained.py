@@ -4,7 +4,7 @@ GPU's SM clock and board power sampled while each implementation runs.
 The suite times single calls after an L2 flush. A run of large GEMMs keeps an H200 at
 its power limit (~690 W) instead, where the clock, and so the speed, depends on the
 power each implementation draws per FLOP: HBM traffic costs clock
-(benchmarks/NOTES.md section 35). For each shape this script
+(benchmarks/NOTES.md section 35). For each problem this script
 
 * checks every implementation's output against a float32 reference;
 * **sustained**: calls each implementation back to back for ``--seconds`` (the first
@@ -18,7 +18,9 @@ Implementations: ``torch.matmul``, ``wsgemm`` (its default path) and, per ``--ba
 ``wsgemm-wS``: the default path's configuration walking the output in raster bands of
 S cluster columns (``GemmConfig.swizzle``; 1 walks all of M before moving along N);
 per ``--configs``, other tiles, clusters and bands (as the default path would launch
-them, with the band width given). Problems: ``--shapes`` (B = W.t() of an (N, K) weight), or the suite's own problems
+them, with the band width given).
+
+Problems: ``--shapes`` (B = W.t() of an (N, K) weight), or the suite's own problems
 (``--suite``, with their layouts) of at least ``--min-gflop`` per call, where a run of
 calls reaches the power limit: the scoreboard's large rows, back to back.
 
