@@ -141,9 +141,9 @@ SWAP_TILE_N = (16, 32, 64, 96, 128)
 SWAP_TWO_TILES_MAX_M = 320
 # ... and the tiles are fitted to the tokens in steps of 16, the kernel's narrowest
 # epilogue step (``fitted_token_tile``, ``SM90_TILE_N_STEP``): at M = 200 two
-# 128-wide tiles are 22 % padding, two 112-wide ones 11 %. On the 36 shapes of M = 136-288 timed where that
-# changed the plan, 1.098x faster (0.92x -> 1.01x of cuBLAS, none slower by 3 %;
-# NOTES section 34) ...
+# 128-wide tiles are 22 % padding, two 112-wide ones 11 %. On the 36 shapes of
+# M = 136-288 timed where that changed the plan, 1.098x faster (0.92x -> 1.01x of
+# cuBLAS, none slower by 3 %; NOTES section 34) ...
 # ... and only for work items (whole or split k-loops) of at least this many k-blocks:
 # 16-block splits of 128x96 and 128x160 swapped tiles at N = 2048, K = 4096 ran
 # 0.82-0.97x of the unswapped 64-row tiles (their fix-up is a larger share of a
@@ -328,6 +328,15 @@ LONG_GRID_MIN_K_BLOCKS = 64
 LONG_GRID_MIN_CLUSTER_COLUMNS = 2 * BAND_CLUSTERS
 
 
+def _grid_walked_along_m(config: GemmConfig, m: int, n: int, batches: int, sm_count: int) -> TileGrid | None:
+    """``config``'s tile grid where it walks along M over at least two waves (where the
+    order of the walk decides what L2 keeps), else ``None``."""
+    if config.raster != Raster.ALONG_M:
+        return None
+    grid = TileGrid.for_problem(m, n, batches, config)
+    return grid if grid.units >= 2 * resident_clusters(sm_count, config.cluster_size) else None
+
+
 def _with_long_grid_bands(config: GemmConfig, m: int, n: int, k_blocks: int, batches: int,
                           sm_count: int) -> GemmConfig:
     """``config`` walking in bands of ``BAND_CLUSTERS`` cluster columns where it would
@@ -336,12 +345,11 @@ def _with_long_grid_bands(config: GemmConfig, m: int, n: int, k_blocks: int, bat
     ``LONG_GRID_MIN_CLUSTER_COLUMNS`` cluster columns wide and two waves long; else
     ``config``, whose band width, if the autotuner or the table chose one, is kept.
     Unswapped, unbatched problems only (as measured)."""
-    if (config.swap_ab or batches != 1 or config.raster != Raster.ALONG_M or config.swizzle != 1
-            or m < LONG_GRID_MIN_M or k_blocks < LONG_GRID_MIN_K_BLOCKS):
+    if (config.swap_ab or batches != 1 or config.swizzle != 1 or m < LONG_GRID_MIN_M
+            or k_blocks < LONG_GRID_MIN_K_BLOCKS):
         return config
-    grid = TileGrid.for_problem(m, n, batches, config)
-    if grid.clusters_n < LONG_GRID_MIN_CLUSTER_COLUMNS or grid.units < 2 * resident_clusters(
-            sm_count, config.cluster_size):
+    grid = _grid_walked_along_m(config, m, n, batches, sm_count)
+    if grid is None or grid.clusters_n < LONG_GRID_MIN_CLUSTER_COLUMNS:
         return config
     return dataclasses.replace(config, swizzle=BAND_CLUSTERS)
 
@@ -350,9 +358,8 @@ def _banded_variant(config: GemmConfig, m: int, n: int, batches: int, sm_count: 
     """``config`` walking the output in bands of ``BAND_CLUSTERS`` cluster columns,
     where its tile grid is long enough along M for the order to matter: at least two
     waves, and columns of more than a band's worth of cluster rows."""
-    grid = TileGrid.for_problem(m, n, batches, config)
-    slots = resident_clusters(sm_count, config.cluster_size)
-    if config.raster != Raster.ALONG_M or grid.clusters_m <= BAND_CLUSTERS or grid.units < 2 * slots:
+    grid = _grid_walked_along_m(config, m, n, batches, sm_count)
+    if grid is None or grid.clusters_m <= BAND_CLUSTERS:
         return None
     return dataclasses.replace(config, swizzle=BAND_CLUSTERS)
 
