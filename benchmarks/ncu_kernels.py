@@ -26,18 +26,22 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_gemm import DTYPES, parse_shapes  # noqa: E402
 from suite import quack_gemm  # noqa: E402
+from sustained import launched_as_given, parse_config  # noqa: E402
 
 import wsgemm  # noqa: E402
 
 
-def implementations(a: torch.Tensor, b: torch.Tensor, wanted: list[str]) -> dict:
+def implementations(a: torch.Tensor, b: torch.Tensor, wanted: list[str], configs: list[str] = ()) -> dict:
     fns = {"wsgemm": lambda: wsgemm.gemm(a, b), "torch.matmul": lambda: torch.matmul(a, b)}
+    for text in configs:  # launched as the default path launches its own, with the band width given
+        launch = launched_as_given(parse_config(text))
+        fns[f"wsgemm {text}"] = lambda launch=launch: launch(a, b)
     quack, note = quack_gemm(autotune=False)  # the suite's entry point: QuACK's heuristic config
     if quack is not None:
         fns["quack"] = lambda: quack(a, b)
     elif "quack" in wanted:
         print(f"quack: {note}", flush=True)
-    return {name: fn for name, fn in fns.items() if name in wanted}
+    return {name: fn for name, fn in fns.items() if name in wanted or name.removeprefix("wsgemm ") in configs}
 
 
 def main(argv=None) -> int:
@@ -45,6 +49,8 @@ def main(argv=None) -> int:
     p.add_argument("--shape", default="8192x8192x256", help="MxNxK")
     p.add_argument("--dtype", default="bf16")
     p.add_argument("--impls", default="wsgemm,torch.matmul,quack")
+    p.add_argument("--configs", default="", help="wsgemm configurations to profile too, TMxTN:CMxCN[:wS] "
+                   "(as benchmarks/sustained.py takes them)")
     p.add_argument("--weight", action="store_true", help="B = W.t() of an (N, K) weight, as nn.Linear stores it")
     args = p.parse_args(argv)
     ((m, n, k),) = parse_shapes(args.shape)
@@ -52,11 +58,12 @@ def main(argv=None) -> int:
     a = torch.randn(m, k, device="cuda").to(dtype)
     b = torch.randn(n, k, device="cuda").to(dtype).t() if args.weight else torch.randn(k, n, device="cuda").to(dtype)
     ref = a.float() @ b.float()
-    fns = implementations(a, b, args.impls.split(","))
+    fns = implementations(a, b, args.impls.split(","), [c for c in args.configs.split(",") if c])
     for name, fn in fns.items():  # compile, warm up, and check before profiling
         error = ((fn().float() - ref).norm() / ref.norm()).item()
         print(f"{name}: relative error {error:.2e}", flush=True)
     print("wsgemm plan:", wsgemm.api.make_plan(a, b, None, None, None).spec.config.short(), flush=True)
+    print("profiled in this order:", ", ".join(fns), flush=True)
     torch.cuda.synchronize()
     torch.cuda.profiler.start()
     for fn in fns.values():

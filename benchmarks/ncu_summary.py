@@ -13,6 +13,15 @@ duration, cycles, clock and SM throughput from the Speed Of Light section:
     python benchmarks/ncu_summary.py sass.csv.gz --details details.txt \
         --out benchmarks/results/ncu_8192x8192x256.json
 
+With ``--raw`` instead (the CSV of ``ncu -i report.ncu-rep --page raw --csv``), it
+keeps each kernel's launch, clock and traffic metrics (``RAW_METRICS``): where the
+bytes go between HBM, the L2 and the SMs, which a power budget pays for.
+``--labels`` names the kernels in report order (``ncu_kernels.py`` prints the order;
+two wsgemm configurations share a kernel name):
+
+    python benchmarks/ncu_summary.py --raw raw.csv.gz --labels "wsgemm,torch.matmul" \
+        --out benchmarks/results/ncu_16384x10240x8192_traffic.json
+
 See ``benchmarks/ncu_kernels.py`` for taking the profile and docs/profiling.md for
 reading one.
 """
@@ -68,6 +77,34 @@ def read_details(text: str) -> list[dict]:
     return kernels
 
 
+# Kept from ``--page raw``: launch shape, time and clock, and the traffic at each level.
+RAW_METRICS = (
+    "launch__grid_size", "launch__cluster_size", "launch__cluster_max_active", "gpu__time_duration.sum",
+    "gpc__cycles_elapsed.max", "gpc__cycles_elapsed.max.per_second", "inst_executed",
+    "sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_elapsed",
+    "sm__pipe_tensor_cycles_active.min.pct_of_peak_sustained_elapsed",
+    "dram__bytes.sum.per_second", "lts__t_sector_hit_rate.pct",
+    "lts__throughput.avg.pct_of_peak_sustained_elapsed", "lts__d_sectors.avg.pct_of_peak_sustained_elapsed",
+    "lts__d_sectors_fill_device.avg.pct_of_peak_sustained_elapsed",
+    "l1tex__m_xbar2l1tex_read_sectors.avg.pct_of_peak_sustained_elapsed",
+)
+
+
+def read_raw(text: str, labels: list[str]) -> list[dict]:
+    """Per kernel, in report order: {kernel, label, metrics: {name: "value unit"}} of
+    the ``RAW_METRICS`` in the report (row 1 names the metrics, row 2 their units)."""
+    rows = [row for row in csv.reader(io.StringIO(text)) if row]
+    names, units = rows[0], rows[1]
+    kernels = []
+    for i, row in enumerate(rows[2:]):
+        values = dict(zip(names, row))
+        metrics = {name: f"{values[name]} {units[names.index(name)]}".strip() for name in RAW_METRICS
+                   if name in values}
+        kernels.append({"kernel": values.get("Kernel Name", "?"), "label": labels[i] if i < len(labels) else None,
+                        "metrics": metrics})
+    return kernels
+
+
 def opcode(source: str) -> str:
     """``@!P0 SYNCS.PHASECHK.TRANS64 P0, ...`` -> ``SYNCS``."""
     words = source.split()
@@ -111,14 +148,22 @@ def summarize_kernel(kernel: dict) -> dict:
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("csv", help="ncu --page source --print-source sass --csv output (.gz accepted)")
+    p.add_argument("csv", nargs="?", help="ncu --page source --print-source sass --csv output (.gz accepted)")
+    p.add_argument("--raw", help="ncu --page raw --csv output (.gz accepted), instead of the SASS page")
+    p.add_argument("--labels", default="", help="with --raw: names of the kernels in report order, comma-separated")
     p.add_argument("--details", help="text of ncu --page details for the same report")
     p.add_argument("--out", help="JSON file to write (default: print)")
     p.add_argument("--note", default="", help="what was profiled, kept in the JSON")
     args = p.parse_args(argv)
-    raw = Path(args.csv).read_bytes()
-    text = (gzip.decompress(raw) if args.csv.endswith(".gz") else raw).decode()
-    kernels = [summarize_kernel(k) for k in read_kernels(text)]
+    if (args.csv is None) == (args.raw is None):
+        p.error("give the SASS page's CSV or --raw, one of them")
+    path = args.raw or args.csv
+    raw = Path(path).read_bytes()
+    text = (gzip.decompress(raw) if path.endswith(".gz") else raw).decode()
+    if args.raw:
+        kernels = read_raw(text, [label for label in args.labels.split(",") if label])
+    else:
+        kernels = [summarize_kernel(k) for k in read_kernels(text)]
     if args.details:
         for kernel, sol in zip(kernels, read_details(Path(args.details).read_text())):
             kernel["speed_of_light"] = sol

@@ -220,6 +220,22 @@ def markdown(report: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def regenerate_command(argv: list[str]) -> str:
+    """The command line that wrote a report, quoted for a shell, without ``--out`` (the
+    GPU machine's output folder, not where the report ends up)."""
+    import shlex
+
+    kept, skip = [], False
+    for arg in argv:
+        if skip:
+            skip = False
+        elif arg == "--out":
+            skip = True
+        elif not arg.startswith("--out="):
+            kept.append(arg)
+    return shlex.join(["python", "benchmarks/sustained.py", *kept])
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--shapes", default="16384x10240x8192,8192x8192x8192",
@@ -242,7 +258,7 @@ def main(argv=None) -> int:
         raise SystemExit("sustained.py needs a CUDA GPU")
     fns = implementations([int(v) for v in args.bands.split(",") if v], [c for c in args.configs.split(",") if c])
     todo = problems(args)
-    report = {"name": args.name, "command": "python benchmarks/sustained.py " + " ".join(argv or sys.argv[1:]),
+    report = {"name": args.name, "command": regenerate_command(argv or sys.argv[1:]),
               "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "environment": environment(),
               "seconds": args.seconds, "rounds": args.rounds, "single": args.single, "shapes": []}
     for i, problem in enumerate(todo, 1):

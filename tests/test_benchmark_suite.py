@@ -650,3 +650,34 @@ def test_sustained_configs_keep_the_band_width_they_name(monkeypatch):
     assert ran[0].swizzle == 1 and ran[0].stream_k  # launched as the default path would, band width as given
     assert list(sustained.implementations([], ["128x256:2x1:w8"])) == ["torch.matmul", "wsgemm",
                                                                        "wsgemm 128x256:2x1:w8"]
+
+
+def test_sustained_records_a_quoted_command_without_the_output_folder(monkeypatch):
+    monkeypatch.syspath_prepend(str(BENCH_DIR))
+    pytest.importorskip("torch")
+    sustained = load("sustained")
+    command = sustained.regenerate_command(["--suite", "llm", "--bands", "", "--out", "/root/out", "--filter",
+                                            "M=16384|16384\\^3", "--out=/tmp/x"])
+    assert command == "python benchmarks/sustained.py --suite llm --bands '' --filter 'M=16384|16384\\^3'"
+
+
+RAW_CSV = '''"Kernel Name","launch__grid_size","gpu__time_duration.sum","dram__bytes.sum.per_second","other"
+"","","ms","Tbyte/s",""
+"kernel_a","132","3.968160","1.709955","1"
+"nvjet_b","132","3.877984","0.864009","2"
+'''
+
+
+def test_the_ncu_summary_keeps_raw_traffic_metrics_with_labels(tmp_path):
+    summary = load("ncu_summary")
+    (tmp_path / "raw.csv").write_text(RAW_CSV)
+    out = tmp_path / "traffic.json"
+    summary.main(["--raw", str(tmp_path / "raw.csv"), "--labels", "ours", "--out", str(out), "--note", "n"])
+    a, b = json.loads(out.read_text())["kernels"]
+    assert a == {"kernel": "kernel_a", "label": "ours",
+                 "metrics": {"launch__grid_size": "132", "gpu__time_duration.sum": "3.968160 ms",
+                             "dram__bytes.sum.per_second": "1.709955 Tbyte/s"}}  # only RAW_METRICS
+    assert b["kernel"] == "nvjet_b" and b["label"] is None
+    with pytest.raises(SystemExit):  # the SASS page or --raw, not both
+        summary.main([str(tmp_path / "raw.csv"), "--raw", str(tmp_path / "raw.csv")])
+
