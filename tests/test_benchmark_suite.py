@@ -681,3 +681,54 @@ def test_the_ncu_summary_keeps_raw_traffic_metrics_with_labels(tmp_path):
     with pytest.raises(SystemExit):  # the SASS page or --raw, not both
         summary.main([str(tmp_path / "raw.csv"), "--raw", str(tmp_path / "raw.csv")])
 
+
+def _sustained_row(label, shape, b, runs: dict, single: dict | None):
+    row = {"label": label, "shape": shape, "batch": 1, "b": b, "wsgemm_plan": "direct 128x224x64_c1x1",
+           "sustained": {name: [{"ms": ms, "mhz": 1400.0, "watts": 690.0}] for name, ms in runs.items()}}
+    if single is not None:
+        row["single_ms"] = single
+    return row
+
+
+def test_retune_sustained_takes_a_config_only_where_it_wins_both_protocols(monkeypatch):
+    monkeypatch.syspath_prepend(str(BENCH_DIR))
+    pytest.importorskip("torch")
+    retune = load("retune_sustained")
+    wins = {"torch.matmul": 1.0, "wsgemm": 1.05, "wsgemm 128x256:2x1:w8": 1.02, "wsgemm 128x192:2x1:w8": 1.08}
+    report = {"command": "python benchmarks/sustained.py ...", "environment": {"gpu": "NVIDIA H200"}, "shapes": [
+        _sustained_row("wins", [16384, 10240, 8192], "W.t()", wins,
+                       {"torch.matmul": 1.0, "wsgemm": 1.01, "wsgemm 128x256:2x1:w8": 1.00,
+                        "wsgemm 128x192:2x1:w8": 1.1}),
+        _sustained_row("loses single calls", [16384, 8192, 8192], "W.t()", wins,
+                       {"torch.matmul": 1.0, "wsgemm": 1.0, "wsgemm 128x256:2x1:w8": 1.01,
+                        "wsgemm 128x192:2x1:w8": 1.1}),
+        _sustained_row("within the noise", [16384, 28672, 4096], "W.t()",
+                       {"wsgemm": 1.005, "wsgemm 128x256:2x1:w8": 1.0}, {"wsgemm": 1.0, "wsgemm 128x256:2x1:w8": 0.9}),
+        _sustained_row("no single calls", [16384, 16384, 16384], "(K, N)", wins, None)]}
+    entries = retune.entries_from([report], retune.MIN_GAIN, retune.SINGLE_TOLERANCE)
+    (key,) = entries
+    assert key == "NVIDIA H200|sm90|bf16->bf16|kkn|m<=16384|n=10240|k=8192|l=1"
+    entry = entries[key]
+    assert (entry["config"]["tile_n"], entry["config"]["cluster_m"], entry["config"]["swizzle"]) == (256, 2, 8)
+    assert entry["timing"] == "sustained" and entry["m"] == 16384
+    assert min(entry["ms"], key=entry["ms"].get) == "128x256:2x1:w8"  # the merge's score reads the winner here
+
+
+def test_the_committed_sustained_retune_regenerates_and_ships_in_the_table(monkeypatch):
+    """``autotune_h200_r_sustained.json.gz`` follows from the committed back-to-back
+    reports, and the packaged table holds its winners."""
+    monkeypatch.syspath_prepend(str(BENCH_DIR))
+    pytest.importorskip("torch")
+    retune = load("retune_sustained")
+    results = BENCH_DIR / "results"
+    reports = [retune.load_run(results / f"{name}.json.gz") for name in ("retune_m16384_b2b", "retune_m4096_b2b")]
+    entries = retune.entries_from(reports, retune.MIN_GAIN, retune.SINGLE_TOLERANCE)
+    committed = retune.load_run(results / "autotune_h200_r_sustained.json.gz")
+    assert entries == committed and len(entries) == 6
+    from wsgemm.autotune import _jsonable
+    from wsgemm.config import GemmConfig
+    from wsgemm.tuned_table import MEASURED
+
+    defaults = _jsonable(GemmConfig())
+    for key, entry in entries.items():
+        assert MEASURED[key] == {name: v for name, v in entry["config"].items() if defaults[name] != v}

@@ -152,7 +152,7 @@ def test_the_packaged_table_is_what_the_script_writes_from_the_committed_results
     packaged = (root / "src" / "wsgemm" / "tuned_table.py").read_text()
     # The table names its sources; each must be a committed autotune file.
     runs, newer = tuned_table.read_sources(packaged)
-    assert runs[-1] == "benchmarks/results/autotune_h200_g.json"
+    assert runs[-1] == "benchmarks/results/autotune_h200_g.json.gz"
     assert all((root / run).is_file() for run in runs + newer)
     entries = tuned_table.merge([tuned_table.load_run(root / run) for run in runs],
                                 [tuned_table.load_run(root / run) for run in newer])

@@ -1,6 +1,6 @@
 """Measured best configurations per autotune shape bucket (generated; do not edit).
 
-Source: benchmarks/results/autotune_h200_c.json.gz, benchmarks/results/autotune_h200_d.json.gz, benchmarks/results/autotune_h200_e.json.gz, benchmarks/results/autotune_h200_f.json.gz, benchmarks/results/autotune_h200_g.json; superseded where they timed a bucket by benchmarks/results/autotune_h200_i.json.gz, benchmarks/results/autotune_h200_j.json.gz, benchmarks/results/autotune_h200_q.json.gz, by benchmarks/tuned_table.py. Keys are
+Source: benchmarks/results/autotune_h200_c.json.gz, benchmarks/results/autotune_h200_d.json.gz, benchmarks/results/autotune_h200_e.json.gz, benchmarks/results/autotune_h200_f.json.gz, benchmarks/results/autotune_h200_g.json.gz; superseded where they timed a bucket by benchmarks/results/autotune_h200_i.json.gz, benchmarks/results/autotune_h200_j.json.gz, benchmarks/results/autotune_h200_q.json.gz, benchmarks/results/autotune_h200_r_sustained.json.gz, by benchmarks/tuned_table.py. Keys are
 ``wsgemm.autotune.bucket_key`` strings; values the non-default GemmConfig fields.
 """
 
@@ -13,14 +13,14 @@ MEASURED = {
     'NVIDIA H200|sm90|bf16->bf16|kkn|m<=128|n=6144|k=4096|l=1': {'cluster_m': 2, 'tile_m': 64, 'tile_n': 96},
     'NVIDIA H200|sm90|bf16->bf16|kkn|m<=128|n=8192|k=28672|l=1': {'cluster_n': 2, 'swap_ab': True, 'tile_n': 64},
     'NVIDIA H200|sm90|bf16->bf16|kkn|m<=128|n=8192|k=8192|l=1': {'cluster_n': 2, 'swap_ab': True, 'tile_n': 64},
-    'NVIDIA H200|sm90|bf16->bf16|kkn|m<=16384|n=10240|k=8192|l=1': {'cluster_m': 2, 'tile_n': 224},
-    'NVIDIA H200|sm90|bf16->bf16|kkn|m<=16384|n=28672|k=4096|l=1': {'tile_n': 224},
+    'NVIDIA H200|sm90|bf16->bf16|kkn|m<=16384|n=10240|k=8192|l=1': {'cluster_m': 2, 'swizzle': 8},
+    'NVIDIA H200|sm90|bf16->bf16|kkn|m<=16384|n=28672|k=4096|l=1': {'cluster_m': 2, 'swizzle': 8},
     'NVIDIA H200|sm90|bf16->bf16|kkn|m<=16384|n=4096|k=14336|l=1': {'cluster_m': 2, 'swizzle': 8},
     'NVIDIA H200|sm90|bf16->bf16|kkn|m<=16384|n=4096|k=4096|l=1': {'cluster_m': 2, 'swizzle': 8},
     'NVIDIA H200|sm90|bf16->bf16|kkn|m<=16384|n=57344|k=8192|l=1': {'cluster_m': 2},
     'NVIDIA H200|sm90|bf16->bf16|kkn|m<=16384|n=6144|k=4096|l=1': {'cluster_m': 2, 'swizzle': 8},
-    'NVIDIA H200|sm90|bf16->bf16|kkn|m<=16384|n=8192|k=28672|l=1': {'tile_n': 224},
-    'NVIDIA H200|sm90|bf16->bf16|kkn|m<=16384|n=8192|k=8192|l=1': {'cluster_m': 2, 'tile_n': 192},
+    'NVIDIA H200|sm90|bf16->bf16|kkn|m<=16384|n=8192|k=28672|l=1': {'cluster_m': 2, 'swizzle': 8},
+    'NVIDIA H200|sm90|bf16->bf16|kkn|m<=16384|n=8192|k=8192|l=1': {'cluster_m': 2, 'swizzle': 8},
     'NVIDIA H200|sm90|bf16->bf16|kkn|m<=16|n=28672|k=4096|l=1': {'tile_m': 64, 'tile_n': 224},
     'NVIDIA H200|sm90|bf16->bf16|kkn|m<=16|n=4096|k=14336|l=1': {'swap_ab': True, 'tile_m': 64, 'tile_n': 16},
     'NVIDIA H200|sm90|bf16->bf16|kkn|m<=16|n=4096|k=4096|l=1': {'swap_ab': True, 'tile_m': 64, 'tile_n': 16},
@@ -53,7 +53,7 @@ MEASURED = {
     'NVIDIA H200|sm90|bf16->bf16|kkn|m<=4096|n=28672|k=4096|l=1': {'cluster_m': 2},
     'NVIDIA H200|sm90|bf16->bf16|kkn|m<=4096|n=4096|k=14336|l=1': {},
     'NVIDIA H200|sm90|bf16->bf16|kkn|m<=4096|n=4096|k=4096|l=1': {'cluster_m': 2, 'swizzle': 8},
-    'NVIDIA H200|sm90|bf16->bf16|kkn|m<=4096|n=57344|k=8192|l=1': {'cluster_m': 2, 'tile_n': 192},
+    'NVIDIA H200|sm90|bf16->bf16|kkn|m<=4096|n=57344|k=8192|l=1': {'cluster_m': 2},
     'NVIDIA H200|sm90|bf16->bf16|kkn|m<=4096|n=6144|k=4096|l=1': {'cluster_m': 2, 'swizzle': 8},
     'NVIDIA H200|sm90|bf16->bf16|kkn|m<=4096|n=8192|k=28672|l=1': {'cluster_m': 2, 'tile_n': 224},
     'NVIDIA H200|sm90|bf16->bf16|kkn|m<=4096|n=8192|k=8192|l=1': {'cluster_m': 2},
@@ -94,7 +94,7 @@ MEASURED = {
     'NVIDIA H200|sm90|bf16->bf16|kkn|m<=96|n=4096|k=4096|l=1': {'cluster_m': 2, 'tile_m': 64, 'tile_n': 128},
     'NVIDIA H200|sm90|bf16->bf16|kkn|m<=96|n=6144|k=4096|l=1': {'swap_ab': True, 'tile_m': 64, 'tile_n': 96},
     'NVIDIA H200|sm90|bf16->bf16|knn|m<=1024|n=1024|k=1024|l=1': {'tile_m': 64, 'tile_n': 128},
-    'NVIDIA H200|sm90|bf16->bf16|knn|m<=16384|n=16384|k=16384|l=1': {},
+    'NVIDIA H200|sm90|bf16->bf16|knn|m<=16384|n=16384|k=16384|l=1': {'cluster_m': 2, 'swizzle': 8},
     'NVIDIA H200|sm90|bf16->bf16|knn|m<=4096|n=4096|k=4096|l=1': {'cluster_m': 2, 'swizzle': 8},
     'NVIDIA H200|sm90|bf16->bf16|knn|m<=8192|n=8192|k=8192|l=1': {'cluster_m': 2, 'swizzle': 8},
 }

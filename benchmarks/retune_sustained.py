@@ -1,0 +1,105 @@
+"""Turn back-to-back measurements (``benchmarks/sustained.py`` reports) into an
+autotune-format run that ``benchmarks/tuned_table.py`` takes with ``--superseding``.
+
+The autotuner ranks a bucket's candidates in single calls at rest. The largest
+problems run at the GPU's power limit when called back to back, where a candidate
+that draws less power per FLOP keeps a higher clock (benchmarks/NOTES.md sections
+35-36). A bucket gets a new winner here only where a ``--configs`` candidate of the
+report beat the default plan in **both** protocols: by at least ``--min-gain`` back
+to back, and by no less than ``-single-tolerance`` in the suite's single calls (so
+the scoreboard never pays for the sustained regime). Reports without single calls
+cannot change a bucket.
+
+    python benchmarks/retune_sustained.py benchmarks/results/retune_m16384_b2b.json.gz \\
+        --out benchmarks/results/autotune_h200_r_sustained.json.gz
+    python benchmarks/tuned_table.py <runs...> --superseding <...> benchmarks/results/autotune_h200_r_sustained.json.gz
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import statistics
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from sustained import parse_config  # noqa: E402
+from tuned_table import load_run  # noqa: E402
+
+from wsgemm import autotune  # noqa: E402
+
+MIN_GAIN = 0.01  # two launches of one configuration differed by up to ~1 % back to back
+SINGLE_TOLERANCE = 0.0
+MAJORS = {"W.t()": ("k", "k", "n"), "(K, N)": ("k", "n", "n")}  # kernel modes of A, B, D (bucket_key)
+CONFIG_PREFIX = "wsgemm "
+
+
+def bucket(report: dict, row: dict) -> str:
+    m, n, k = row["shape"]
+    return autotune.bucket_key(report["environment"]["gpu"], "sm90", "bf16", "bf16", MAJORS[row["b"]], m, n, k,
+                               row.get("batch", 1))
+
+
+def median_ms(row: dict, name: str) -> float:
+    return statistics.median(r["ms"] for r in row["sustained"][name])
+
+
+def new_winner(row: dict, min_gain: float, single_tolerance: float):
+    """(config text, back-to-back gain, single-call gain) of the row's best ``--configs``
+    candidate where it beats the default plan in both protocols, else None."""
+    single = row.get("single_ms") or {}
+    if "wsgemm" not in row["sustained"] or "wsgemm" not in single:
+        return None
+    default = median_ms(row, "wsgemm")
+    candidates = [name for name in row["sustained"] if name.startswith(CONFIG_PREFIX) and name in single]
+    if not candidates:
+        return None
+    best = min(candidates, key=lambda name: median_ms(row, name))
+    sustained_gain = default / median_ms(row, best) - 1
+    single_gain = single["wsgemm"] / single[best] - 1
+    if sustained_gain < min_gain or single_gain < -single_tolerance:
+        return None
+    return best.removeprefix(CONFIG_PREFIX), sustained_gain, single_gain
+
+
+def entries_from(reports: list[dict], min_gain: float, single_tolerance: float) -> dict:
+    """{bucket key: autotune entry} of the buckets with a new winner."""
+    from wsgemm.autotune import _jsonable
+
+    entries = {}
+    for report in reports:
+        for row in report["shapes"]:
+            won = new_winner(row, min_gain, single_tolerance)
+            kept = "default kept" if row.get("single_ms") else "no single calls: default kept"
+            print(f"{row['label']}: " + (kept if won is None else
+                                         f"{won[0]} (+{won[1]:.1%} back to back, {won[2]:+.1%} single)"))
+            if won is None:
+                continue
+            # Times are keyed by what ran: the default plan as launched, the candidates by their text.
+            ms = {f"default {row['wsgemm_plan']}": median_ms(row, "wsgemm")}
+            ms.update({name.removeprefix(CONFIG_PREFIX): median_ms(row, name)
+                       for name in row["sustained"] if name.startswith(CONFIG_PREFIX)})
+            entries[bucket(report, row)] = {
+                "config": _jsonable(parse_config(won[0])), "ms": ms, "timing": "sustained",
+                "m": row["shape"][0], "single_ms": row["single_ms"], "source": report["command"]}
+    return entries
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("reports", type=Path, nargs="+", help="sustained.py JSON reports (.json or .json.gz)")
+    p.add_argument("--out", type=Path, required=True)
+    p.add_argument("--min-gain", type=float, default=MIN_GAIN)
+    p.add_argument("--single-tolerance", type=float, default=SINGLE_TOLERANCE)
+    args = p.parse_args(argv)
+    entries = entries_from([load_run(path) for path in args.reports], args.min_gain, args.single_tolerance)
+    text = json.dumps(entries, indent=1, sort_keys=True) + "\n"
+    args.out.write_bytes(gzip.compress(text.encode()) if args.out.suffix == ".gz" else text.encode())
+    print(f"wrote {args.out}: {len(entries)} buckets")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
