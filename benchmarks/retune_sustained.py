@@ -4,11 +4,12 @@ autotune-format run that ``benchmarks/tuned_table.py`` takes with ``--supersedin
 The autotuner ranks a bucket's candidates in single calls at rest. The largest
 problems run at the GPU's power limit when called back to back, where a candidate
 that draws less power per FLOP keeps a higher clock (benchmarks/NOTES.md sections
-35-36). A bucket gets a new winner here only where a ``--configs`` candidate of the
-report beat the default plan in **both** protocols: by at least ``--min-gain`` back
-to back, and by no less than ``-single-tolerance`` in the suite's single calls (so
-the scoreboard never pays for the sustained regime). Reports without single calls
-cannot change a bucket.
+35-36). A bucket gets a new winner here only where the report's fastest ``--configs``
+candidate back to back beat the default plan in **both** protocols: by at least
+``--min-gain`` back to back, while losing no more than ``--single-tolerance`` (none by
+default) in the suite's single calls, so the scoreboard never pays for the sustained
+regime. Reports without single calls cannot change a bucket. The reports are bf16
+problems on an SM90 GPU, as ``sustained.py`` times them.
 
     python benchmarks/retune_sustained.py benchmarks/results/retune_m16384_b2b.json.gz \\
         --out benchmarks/results/autotune_h200_r_sustained.json.gz
