@@ -17,7 +17,7 @@ power each implementation draws per FLOP: HBM traffic costs clock
 Implementations: ``torch.matmul``, ``wsgemm`` (its default path) and, per ``--bands``,
 ``wsgemm-wS``: the default path's configuration walking the output in raster bands of
 S cluster columns (``GemmConfig.swizzle``; 1 walks all of M before moving along N);
-per ``--configs``, other tiles, clusters and bands (as the default path would launch
+per ``--configs``, other tiles, clusters, bands and walks (as the default path would launch
 them, with the band width given).
 
 Problems: ``--shapes`` (B = W.t() of an (N, K) weight), or the suite's own problems
@@ -92,12 +92,18 @@ def back_to_back(fn, seconds: float) -> dict:
 
 
 def parse_config(text: str) -> wsgemm.GemmConfig:
-    """``TMxTN:CMxCN[:wS]`` -> a GemmConfig (tile, cluster, raster band width S, default 1)."""
-    tile, cluster, *band = text.split(":")
+    """``TMxTN:CMxCN[:wS][:n]`` -> a GemmConfig: tile, cluster, raster band width S
+    (default 1), and with ``:n`` a walk along N first (``Raster.ALONG_N``)."""
+    tile, cluster, *rest = text.split(":")
     tile_m, tile_n = (int(v) for v in tile.split("x"))
     cluster_m, cluster_n = (int(v) for v in cluster.split("x"))
-    swizzle = int(band[0].removeprefix("w")) if band else 1
-    return wsgemm.GemmConfig(tile_m=tile_m, tile_n=tile_n, cluster_m=cluster_m, cluster_n=cluster_n, swizzle=swizzle)
+    swizzle = next((int(v.removeprefix("w")) for v in rest if v.startswith("w")), 1)
+    raster = wsgemm.Raster.ALONG_N if "n" in rest else wsgemm.Raster.ALONG_M
+    unknown = [v for v in rest if v != "n" and not v.startswith("w")]
+    if unknown:
+        raise ValueError(f"{text!r}: {unknown} is neither a band width (wS) nor n (walk along N)")
+    return wsgemm.GemmConfig(tile_m=tile_m, tile_n=tile_n, cluster_m=cluster_m, cluster_n=cluster_n, swizzle=swizzle,
+                             raster=raster)
 
 
 def launched_as_given(config: wsgemm.GemmConfig):
@@ -246,7 +252,8 @@ def main(argv=None) -> int:
     p.add_argument("--min-gflop", type=float, default=MIN_GFLOP)
     p.add_argument("--bands", default="1,8", help="raster band widths of the default plan to add (empty: none)")
     p.add_argument("--configs", default="",
-                   help="configurations to add, TMxTN:CMxCN[:wS] (e.g. 128x256:2x1:w8,128x256:2x2:w8), launched "
+                   help="configurations to add, TMxTN:CMxCN[:wS][:n] (e.g. 128x256:2x1:w8,128x256:2x2:w8; "
+                   ":n walks along N first), launched "
                    "as the default path launches its own, with the band width given")
     p.add_argument("--seconds", type=float, default=1.0, help="back-to-back seconds per implementation and round")
     p.add_argument("--rounds", type=int, default=2)

@@ -641,6 +641,10 @@ def test_sustained_configs_keep_the_band_width_they_name(monkeypatch):
     assert sustained.parse_config("128x256:2x2:w8") == GemmConfig(tile_m=128, tile_n=256, cluster_m=2, cluster_n=2,
                                                                    swizzle=8)
     assert sustained.parse_config("128x224:1x1").swizzle == 1
+    along_n = sustained.parse_config("128x256:2x1:w8:n")
+    assert along_n.raster == sustained.wsgemm.Raster.ALONG_N and along_n.swizzle == 8
+    with pytest.raises(ValueError, match="neither a band width"):
+        sustained.parse_config("128x256:2x1:x8")
     ran = []
     monkeypatch.setattr(sustained.wsgemm, "gemm", lambda a, b, config=None: ran.append(config))
     h200 = type("Properties", (), {"multi_processor_count": 132})
