@@ -147,12 +147,11 @@ def per_clock_or_clock() -> None:
         metrics, runs = profiled[label], sustained[name]
         ms = float(metrics["gpu__time_duration.sum"].split()[0])
         mhz, watts = (statistics.median(r[key] for r in runs) for key in ("mhz", "watts"))
-        fills = metrics["lts__d_sectors_fill_device.avg.pct_of_peak_sustained_elapsed"].split()[0]
-        print(f"   {label:24s} {ms:6.3f} ms  {mhz:5.0f} MHz {watts:4.0f} W  "
-              f"{metrics['launch__grid_size']:>3s} CTAs  L2 fills {float(fills):4.1f} %")
+        print(f"   {label:24s} {ms:6.3f} ms  {mhz:5.0f} MHz {watts:4.0f} W  {metrics['launch__grid_size']:>3s} CTAs")
     print("   (wsgemm default: the 128x224 table winner before section 36.) Per clock, 128x256 in 2x1")
     print("   clusters is level with cuBLAS; back to back it runs ~4 % lower clock at the limit, where cuBLAS")
-    print("   stays under it. 2x2 clusters fit 120 CTAs, not 132. The L2's fills are the open question.")
+    print("   stays under it. 2x2 clusters fit 120 CTAs, not 132, and lose per clock what they gain in clock.")
+    print("   What draws cuBLAS's power lower is not known yet (benchmarks/NOTES.md section 36).")
 
 
 if __name__ == "__main__":
