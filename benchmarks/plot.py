@@ -3,7 +3,7 @@
 Needs only the JSON (and matplotlib for the plot), so results re-render on any
 machine:
 
-    python benchmarks/plot.py benchmarks/results/suite_llm_decode.json
+    python benchmarks/plot.py benchmarks/results/suite_llm_decode.json.gz
 
 writes ``suite_llm_decode.md`` and ``suite_llm_decode.png`` beside the JSON.
 """
