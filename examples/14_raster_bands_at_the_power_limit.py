@@ -7,7 +7,7 @@ tiles; walking in bands of 8 cluster columns reads it once per band. In single c
 the difference is small, because HBM keeps up. Called back to back, as in a prefill,
 an H200 runs at its power limit (~690 W), and the HBM traffic is power the tensor
 cores then do without: the SM clock, and so the speed, follows the raster.
-Shown four ways: the first wave of each walk (the scheduler's own arithmetic); the
+Shown five ways: the first wave of each walk (the scheduler's own arithmetic); the
 HBM bytes each walk reads under a simple L2 model; the measured clocks and times of 17
 LLM and square problems, read from the committed
 benchmarks/results/long_grid_bands.json.gz (benchmarks/NOTES.md section 35), beside
