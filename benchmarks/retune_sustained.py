@@ -21,12 +21,11 @@ from __future__ import annotations
 import argparse
 import gzip
 import json
-import statistics
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from sustained import parse_config  # noqa: E402
+from sustained import parse_config, summary  # noqa: E402
 from tuned_table import load_run  # noqa: E402
 
 from wsgemm import autotune  # noqa: E402
@@ -43,23 +42,19 @@ def bucket(report: dict, row: dict) -> str:
                                row.get("batch", 1))
 
 
-def median_ms(row: dict, name: str) -> float:
-    return statistics.median(r["ms"] for r in row["sustained"][name])
-
-
 def new_winner(row: dict, min_gain: float, single_tolerance: float):
     """(config text, back-to-back gain, single-call gain) of the row's best ``--configs``
     candidate where it beats the default plan in both protocols, else None."""
-    single = row.get("single_ms") or {}
-    if "wsgemm" not in row["sustained"] or "wsgemm" not in single:
+    timed = summary(row)  # medians per implementation, as the report's table shows them
+    if "wsgemm" not in timed or timed["wsgemm"]["single_ms"] is None:
         return None
-    default = median_ms(row, "wsgemm")
-    candidates = [name for name in row["sustained"] if name.startswith(CONFIG_PREFIX) and name in single]
+    default = timed["wsgemm"]
+    candidates = [name for name, t in timed.items() if name.startswith(CONFIG_PREFIX) and t["single_ms"] is not None]
     if not candidates:
         return None
-    best = min(candidates, key=lambda name: median_ms(row, name))
-    sustained_gain = default / median_ms(row, best) - 1
-    single_gain = single["wsgemm"] / single[best] - 1
+    best = min(candidates, key=lambda name: timed[name]["ms"])
+    sustained_gain = default["ms"] / timed[best]["ms"] - 1
+    single_gain = default["single_ms"] / timed[best]["single_ms"] - 1
     if sustained_gain < min_gain or single_gain < -single_tolerance:
         return None
     return best.removeprefix(CONFIG_PREFIX), sustained_gain, single_gain
@@ -79,9 +74,10 @@ def entries_from(reports: list[dict], min_gain: float, single_tolerance: float) 
             if won is None:
                 continue
             # Times are keyed by what ran: the default plan as launched, the candidates by their text.
-            ms = {f"default {row['wsgemm_plan']}": median_ms(row, "wsgemm")}
-            ms.update({name.removeprefix(CONFIG_PREFIX): median_ms(row, name)
-                       for name in row["sustained"] if name.startswith(CONFIG_PREFIX)})
+            timed = summary(row)
+            ms = {f"default {row['wsgemm_plan']}": timed["wsgemm"]["ms"]}
+            ms.update({name.removeprefix(CONFIG_PREFIX): t["ms"] for name, t in timed.items()
+                       if name.startswith(CONFIG_PREFIX)})
             entries[bucket(report, row)] = {
                 "config": _jsonable(parse_config(won[0])), "ms": ms, "timing": "sustained",
                 "m": row["shape"][0], "single_ms": row["single_ms"], "source": report["command"]}
