@@ -25,21 +25,28 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import shapes  # noqa: E402
+import torch  # noqa: E402
+from suite import make_operands  # noqa: E402
 from sustained import parse_config, summary  # noqa: E402
 from tuned_table import load_run  # noqa: E402
 
-from wsgemm import autotune  # noqa: E402
+import wsgemm  # noqa: E402
 
 MIN_GAIN = 0.01  # two launches of one configuration differed by up to ~1 % back to back
 SINGLE_TOLERANCE = 0.0
-MAJORS = {"W.t()": ("k", "k", "n"), "(K, N)": ("k", "n", "n")}  # kernel modes of A, B, D (bucket_key)
+# Reports before the rows recorded their layout name only how B was passed.
+LAYOUT_OF_B_TEXT = {"W.t()": "b_weight_t", "(K, N)": "b_row"}
 CONFIG_PREFIX = "wsgemm "
 
 
 def bucket(report: dict, row: dict) -> str:
+    """The bucket a default call on the report's operands looks up, as wsgemm names it."""
     m, n, k = row["shape"]
-    return autotune.bucket_key(report["environment"]["gpu"], "sm90", "bf16", "bf16", MAJORS[row["b"]], m, n, k,
-                               row.get("batch", 1))
+    layout = row.get("layout") or LAYOUT_OF_B_TEXT[row["b"]]
+    problem = shapes.Problem(row["label"], m, n, k, batch=row.get("batch", 1), layout=layout)
+    a, b = make_operands(problem, torch.bfloat16, device="meta")
+    return wsgemm.api.bucket_key_for(a, b, gpu=report["environment"]["gpu"], arch="sm90")
 
 
 def new_winner(row: dict, min_gain: float, single_tolerance: float):

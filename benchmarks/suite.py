@@ -72,13 +72,15 @@ def datasheet_peak(gpu_name: str) -> tuple[str | None, float | None]:
     return None, None
 
 
-def make_operands(problem: shapes.Problem, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+def make_operands(problem: shapes.Problem, dtype: torch.dtype, device="cuda") -> tuple[torch.Tensor, torch.Tensor]:
+    """Random normal A and B of ``problem`` in its layout (``device="meta"``: the
+    layouts alone, for tools that plan without a GPU)."""
     lead = (problem.batch,) if problem.batch > 1 else ()
-    a = torch.randn(*lead, problem.m, problem.k, device="cuda", dtype=dtype)
+    a = torch.randn(*lead, problem.m, problem.k, device=device, dtype=dtype)
     if problem.layout == "b_weight_t":
-        b = torch.randn(*lead, problem.n, problem.k, device="cuda", dtype=dtype).mT
+        b = torch.randn(*lead, problem.n, problem.k, device=device, dtype=dtype).mT
     else:
-        b = torch.randn(*lead, problem.k, problem.n, device="cuda", dtype=dtype)
+        b = torch.randn(*lead, problem.k, problem.n, device=device, dtype=dtype)
     return a, b
 
 

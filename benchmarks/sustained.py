@@ -156,7 +156,7 @@ def run_problem(problem, fns: dict, args) -> dict:
     good = {name: (lambda fn=fn: fn(a, b)) for name, fn in fns.items() if checks[name]["status"] == "ok"}
     plan = wsgemm.api.make_plan(a, b, None, None, None)
     row = {"label": problem.label, "shape": [problem.m, problem.n, problem.k], "batch": problem.batch,
-           "b": "W.t()" if problem.layout == "b_weight_t" else "(K, N)",
+           "layout": problem.layout, "b": "W.t()" if problem.layout == "b_weight_t" else "(K, N)",
            "wsgemm_plan": f"{plan.mode} {plan.spec.config.short()}",
            "checks": checks, "sustained": {name: [] for name in good}}
     for _ in range(args.rounds):

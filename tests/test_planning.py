@@ -414,3 +414,20 @@ def test_long_grids_walk_in_raster_bands_whatever_was_chosen():
     x, w = meta(16384, 8192), meta(10240, 8192)
     assert plan(x, w.t(), gpu="NVIDIA H200")[1].config.swizzle == 8
     assert plan(x, w.t(), pair, gpu="NVIDIA H200")[1].config.swizzle == 1
+
+
+def test_bucket_key_for_names_the_bucket_a_default_call_looks_up():
+    """Tools off the GPU (benchmarks/retune_sustained.py) get a bucket from the operands
+    themselves, so how each layout maps onto kernel modes lives in wsgemm.api alone."""
+    def key(majors, m, n, k, batches=1):
+        return autotune.bucket_key("NVIDIA H200", "sm90", "bf16", "bf16", majors, m, n, k, batches)
+
+    x, w = meta(16384, 8192), meta(10240, 8192)
+    assert api.bucket_key_for(x, w.t(), gpu="NVIDIA H200") == key(("k", "k", "n"), 16384, 10240, 8192)
+    assert api.bucket_key_for(x, meta(8192, 10240), gpu="NVIDIA H200") == key(("k", "n", "n"), 16384, 10240, 8192)
+    # Batched activations over one weight fold into one M (3 x 100 rows: bucket 512).
+    folded = api.bucket_key_for(meta(3, 100, 4096), meta(2048, 4096).t(), gpu="NVIDIA H200")
+    assert folded == key(("k", "k", "n"), 300, 2048, 4096) == key(("k", "k", "n"), 512, 2048, 4096)
+    # The output's dtype is part of the bucket.
+    fp32 = api.bucket_key_for(x, w.t(), out_dtype=torch.float32, gpu="NVIDIA H200")
+    assert fp32 == autotune.bucket_key("NVIDIA H200", "sm90", "bf16", "fp32", ("k", "k", "n"), 16384, 10240, 8192, 1)

@@ -410,7 +410,7 @@ def _kernel_for(a, b, out, out_dtype, config, shape, dtype, batched, batches, gp
     m, k, n = a.shape[-2], a.shape[-1], b.shape[-1]
     mode, (a_major, b_major, d_major) = _choose_mode(a, b, out, shape, dtype)
     kernel_batched = {"direct": batched, "fold": False, "copy": True}[mode]
-    kernel_m, kernel_n, kernel_batches = (m * batches, n, 1) if mode == "fold" else (m, n, batches)
+    kernel_m, kernel_n, kernel_batches = _kernel_problem(mode, m, n, batches)
     # D^T = B^T A^T runs the same kernel on transposed views (2-D, readable operands).
     can_swap = mode == "direct" and a.dim() == 2 and b.dim() == 2
     chosen_here = config is None or config == AUTOTUNE  # a caller's GemmConfig is used as given
@@ -445,6 +445,24 @@ def _swapped_majors(a, b, out, shape, dtype) -> tuple[str, str, str]:
     """Unit-stride modes of B^T, A^T and D^T (2-D, all TMA-readable when A, B, D are)."""
     d = out if out is not None else torch.empty(shape, dtype=dtype, device="meta")
     return tma_major(b.t()), tma_major(a.t()), writable_major(d.t())
+
+
+def _kernel_problem(mode, m, n, batches) -> tuple[int, int, int]:
+    """The (M, N, batches) the kernel runs: a folded batch stacks its rows."""
+    return (m * batches, n, 1) if mode == "fold" else (m, n, batches)
+
+
+def bucket_key_for(a, b, out=None, out_dtype=None, *, gpu: str, arch: str = "sm90") -> str:
+    """The shape bucket that ``gemm(a, b, out, out_dtype)`` with the default config
+    looks up (packaged table, then the autotuner's cache) on a ``gpu`` of ``arch``.
+
+    Runs on meta tensors, so tools off the GPU (``benchmarks/retune_sustained.py``)
+    name a bucket the way a call on the GPU would, layouts and batch folding included.
+    """
+    shape, dtype, _, batches = validate_shapes_and_dtypes(a, b, out, out_dtype, None)
+    mode, majors = _choose_mode(a, b, out, shape, dtype)
+    kernel_m, _, kernel_batches = _kernel_problem(mode, a.shape[-2], b.shape[-1], batches)
+    return _bucket_key(gpu, arch, a.dtype, dtype, majors, kernel_m, b.shape[-1], a.shape[-1], kernel_batches)
 
 
 def _bucket_key(gpu, arch, ab_dtype, out_dtype, majors, m, n, k, batches) -> str:
