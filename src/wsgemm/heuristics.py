@@ -304,7 +304,7 @@ def candidates_to_time(m: int, n: int, k: int, batches: int, sm_count: int, can_
 # 12 of 23 LLM and square buckets (K = 4096 mostly), within 0.5 % in 8, and 6-13 %
 # slower in 3 with long K at M = 16384, where a band's rows no longer fit L2. That
 # depends on K and on what L2 keeps, so the autotuner tries it and the model does not
-# (except for long grids, where section 35 found bands faster back-to-back).
+# (long grids get bands from the launch policy: ``LONG_GRID_MIN_M`` below).
 BAND_CLUSTERS = 8
 
 
@@ -609,10 +609,8 @@ def with_launch_policy(arch: str, config: GemmConfig, m: int, n: int, k: int, ba
     for k-loops shorter than ``STREAM_K_MIN_K_BLOCKS``, nor where K is too long for
     the kernel's 32-bit stream-K arithmetic.
 
-    **Raster bands** (:func:`_with_long_grid_bands`) of ``BAND_CLUSTERS`` cluster
-    columns where a configuration would walk all of M >= ``LONG_GRID_MIN_M`` before
-    moving along N, at K >= 4096: back-to-back calls of such grids run at the H200's
-    power limit, where the HBM traffic of re-reading A costs clock.
+    **Raster bands** for long grids (:func:`_with_long_grid_bands` has the rule, the
+    comment above ``LONG_GRID_MIN_M`` the measurements behind it).
 
     **Dependent launch** for unsplit tiles 64 rows tall and 64 to 128 wide: short,
     memory-bound kernels whose CTAs end raggedly, where the next kernel's CTAs setting
