@@ -247,7 +247,7 @@ def test_a_second_process_imports_the_build_without_rebuilding(module, tmp_path)
     import sys
 
     code = ("import time, wsgemm.fast_path as f; t = time.perf_counter(); m = f.load(); "
-            "print(m is not None, m.__file__ == str(f.build_directory() / 'wsgemm_fast_path.so'), "
+            "d = f.build_directory(); print(m is not None, m.__file__ == str(d / (f.extension_name(d) + '.so')), "
             "round(time.perf_counter() - t, 3))")
     result = subprocess.run([sys.executable, "-c", code], env=dict(os.environ), capture_output=True, text=True,
                             timeout=300, check=False)
@@ -255,3 +255,28 @@ def test_a_second_process_imports_the_build_without_rebuilding(module, tmp_path)
     loaded, same_file, _seconds = result.stdout.split()
     assert loaded == "True" and same_file == "True"
     assert "building" not in result.stderr
+
+
+def test_a_second_wsgemm_package_in_the_process_keeps_its_own_plan_cache(module, tmp_path):
+    """The plan cache is a global of the loaded library. benchmarks/baseline.py's
+    ``wsgemm_base`` beside ``wsgemm`` in one process must load its own, or its cached
+    calls run the plans ``wsgemm`` remembered for the same operands (an A/B of two
+    default paths then times one of them twice: benchmarks/NOTES.md section 37).
+    A copy of the package under another name stands in for the exported one."""
+    import os
+    import shutil
+    import subprocess
+    import sys
+
+    shutil.copytree(os.path.dirname(wsgemm.__file__), tmp_path / "wsgemm_twin",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    code = ("import torch, wsgemm, wsgemm_twin; "
+            "own, twin = wsgemm.fast_path.load(), wsgemm_twin.fast_path.load(); "
+            "a, b = torch.randn(4, 8), torch.randn(8, 16); "
+            "own.remember(a, b, lambda x, y, out=None: x @ y); "
+            "print(own is twin, twin.find(a, b) is None, own.find(a, b) is not None)")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(tmp_path), *sys.path]))
+    result = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=600,
+                            check=False)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.split() == ["False", "True", "True"]

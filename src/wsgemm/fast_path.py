@@ -39,27 +39,41 @@ def enabled_by_environment() -> bool:
 
 
 def build_directory() -> Path:
-    """One directory per PyTorch build, Python version and source: the extension
-    links PyTorch's C++ ABI, so a build for another version must never be loaded."""
+    """One directory per PyTorch build, Python version, source and importing package
+    (the extension links PyTorch's C++ ABI, so a build for another version must never
+    be loaded); its name is the build's tag (:func:`extension_name`)."""
     import torch
 
     from .compile import disk_cache_dir
 
-    tag = f"{torch.__version__}|{sys.implementation.cache_tag}|".encode() + _SOURCE.read_bytes()
+    tag = f"{torch.__version__}|{sys.implementation.cache_tag}|{__name__}|".encode() + _SOURCE.read_bytes()
     return disk_cache_dir() / "fast_path" / hashlib.sha256(tag).hexdigest()[:16]
+
+
+def extension_name(directory: Path) -> str:
+    """The extension's module name: unique to its build directory.
+
+    The plan cache is a global of the loaded library, and ``cpp_extension.load``
+    hands back a module it already loaded under the same name. A second package in
+    the process (``benchmarks/baseline.py``'s ``wsgemm_base``) that loaded the same
+    module would share the cache, and its cached calls would run the plans the first
+    package remembered for the same operands (an A/B of two default paths then times
+    one of them twice; benchmarks/NOTES.md section 37)."""
+    return f"wsgemm_fast_path_{directory.name}"
 
 
 def _build():
     """The extension: imported if this directory holds a build, else built."""
     directory = build_directory()
-    built = directory / "wsgemm_fast_path.so"
+    name = extension_name(directory)
+    built = directory / f"{name}.so"
     if built.is_file():
         # Built for this source, PyTorch and Python (the directory's name says so):
         # import it without cpp_extension.load's checks (0.41 s per process on the
         # H200's machine, results/cold_start.md). A file another process is still
         # linking fails to import: then load() below waits for that build instead.
         try:
-            return _import_built(built)
+            return _import_built(built, name)
         except ImportError:
             pass
     # ~30 ms to import (it imports setuptools): only when there is something to build.
@@ -69,16 +83,16 @@ def _build():
     print("wsgemm: building the C++ host fast path (once per PyTorch version, ~15-30 s; "
           "WSGEMM_FAST_PATH=0 skips it)...", file=sys.stderr, flush=True)
     start = time.perf_counter()
-    module = cpp_extension.load(name="wsgemm_fast_path", sources=[str(_SOURCE)], build_directory=str(directory),
+    module = cpp_extension.load(name=name, sources=[str(_SOURCE)], build_directory=str(directory),
                                 extra_cflags=["-O2"], verbose=False)
     print(f"wsgemm: built the fast path in {time.perf_counter() - start:.0f} s", file=sys.stderr, flush=True)
     return module
 
 
-def _import_built(path: Path):
+def _import_built(path: Path, name: str):
     import importlib.util
 
-    spec = importlib.util.spec_from_file_location("wsgemm_fast_path", path)
+    spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
