@@ -104,21 +104,23 @@ HAND_PICKED = {
 
 
 def grid(tiles: str, clusters: str, splits: str, stages: str = "auto", swaps: str = "0",
-         swizzles: str = "1", epi_stages: str = "2", pingpongs: str = "0") -> dict[str, GemmConfig]:
+         swizzles: str = "1", epi_stages: str = "2", pingpongs: str = "0", pdls: str = "0") -> dict[str, GemmConfig]:
     """Every combination; a swapped config's tile and cluster are in the kernel's terms
     (its M is the problem's N)."""
     pairs = lambda text: [tuple(int(v) for v in item.split("x")) for item in text.split(",") if item]  # noqa: E731
     depths = [None if s == "auto" else int(s) for s in stages.split(",")]
     configs = {}
-    for swap, (tm, tn), (cm, cn), split, depth, swizzle, epi, pingpong in itertools.product(
+    for swap, (tm, tn), (cm, cn), split, depth, swizzle, epi, pingpong, pdl in itertools.product(
             [bool(int(s)) for s in swaps.split(",")], pairs(tiles), pairs(clusters),
             [int(s) for s in splits.split(",")], depths, [int(s) for s in swizzles.split(",")],
-            [int(s) for s in epi_stages.split(",")], [bool(int(s)) for s in pingpongs.split(",")]):
+            [int(s) for s in epi_stages.split(",")], [bool(int(s)) for s in pingpongs.split(",")],
+            [bool(int(s)) for s in pdls.split(",")]):
         label = (("swap " if swap else "") + f"{tm}x{tn} c{cm}x{cn}" + (f" split{split}" if split > 1 else "")
                  + (f" s{depth}" if depth else "") + (f" sw{swizzle}" if swizzle > 1 else "")
-                 + (f" e{epi}" if epi != 2 else "") + (" pingpong" if pingpong else ""))
+                 + (f" e{epi}" if epi != 2 else "") + (" pingpong" if pingpong else "") + (" pdl" if pdl else ""))
         configs[label] = GemmConfig(tile_m=tm, tile_n=tn, cluster_m=cm, cluster_n=cn, split_k=split, stages=depth,
-                                    swap_ab=swap, swizzle=swizzle, epi_stages=epi, pingpong=pingpong)
+                                    swap_ab=swap, swizzle=swizzle, epi_stages=epi, pingpong=pingpong,
+                                    dependent_launch=pdl)
     return configs
 
 
@@ -258,6 +260,7 @@ def main(argv=None) -> int:
     p.add_argument("--epi-stages", default="2", help="epilogue buffers, e.g. 2,4")
     p.add_argument("--pingpong", default="0", help="0: cooperative consumers, 1: ping-pong, 0,1: both")
     p.add_argument("--swap", default="0", help="0: as given, 1: swap_ab (D^T = B^T A^T), 0,1: both")
+    p.add_argument("--pdl", default="0", help="0: plain launch, 1: programmatic dependent launch, 0,1: both")
     p.add_argument("--swizzles", default="1", help="raster band widths in clusters, e.g. 1,4,8")
     p.add_argument("--default", action="store_true",
                    help="also time the default path (config=None: the tuned table, else the model)")
@@ -280,7 +283,7 @@ def main(argv=None) -> int:
     hand_picked = args.set or (None if asked_other else "8192")
     candidates = dict(HAND_PICKED[hand_picked]) if hand_picked else {}
     grid_configs = grid(args.tiles, args.clusters, args.splits, args.stages, args.swap, args.swizzles,
-                        args.epi_stages, args.pingpong) if args.tiles else {}
+                        args.epi_stages, args.pingpong, args.pdl) if args.tiles else {}
     candidates.update(grid_configs)
     if args.default:
         candidates["default"] = None
