@@ -13,8 +13,9 @@ Part 1 compiles one configuration with and without the knob and walks the PTX.
 Part 2 times back-to-back calls in a CUDA graph, where the overlap exists, and
 single calls after an unrelated kernel, where it does not. On an H200: 15.6 -> 14.8
 us per call in the graph, 21.7 against 21.2 us for single calls (benchmarks/NOTES.md
-section 15 has the full measurements; the default path turns the knob on for
-unsplit 64-row tiles 64 to 128 wide, where it measured faster).
+sections 15 and 37 have the full measurements; the default path turns the knob on
+for every plan with at most 128 tokens and for unsplit 64-row tiles 64 to 128 wide,
+where it measured faster).
 
 Needs: any machine for part 1 (compile only); an SM90 GPU (H100 or H200) for part 2,
 which is skipped with a message without one.

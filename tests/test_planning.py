@@ -196,10 +196,11 @@ def test_merging_autotune_runs_averages_relative_times_of_the_runs_winners():
     assert (merged["x"]["config"], merged["y"]["config"]) == ("b", "d")
 
 
-def test_the_default_path_launches_narrow_unsplit_tiles_as_dependents():
-    """``heuristics.with_launch_policy``: programmatic dependent launch for unsplit
-    64-row tiles 64 to 128 wide (table, model or autotuner), never for a caller's
-    config, and never for split-K, narrower or wider tiles."""
+def test_the_default_path_launches_decode_plans_and_narrow_unsplit_tiles_as_dependents():
+    """``heuristics.with_launch_policy``: programmatic dependent launch for every plan
+    of an unbatched problem of at most 128 tokens and, past that, for unsplit 64-row
+    tiles 64 to 128 wide (table, model or autotuner); never for a caller's config,
+    nor for larger problems' split-K, narrower or wider tiles."""
     x, w = meta(128, 4096), meta(4096, 4096)  # 8B o-proj, M = 128: the table's 64x64
     _, spec, _ = plan(x, w.t(), gpu="NVIDIA H200")
     assert (spec.config.tile_m, spec.config.tile_n, spec.config.split_k) == (64, 64, 1)
@@ -208,7 +209,7 @@ def test_the_default_path_launches_narrow_unsplit_tiles_as_dependents():
     assert not given.config.dependent_launch
     # Decode on the 8B down projection: the table's split swapped 128x16 tile.
     _, split, _ = plan(meta(1, 14336), meta(4096, 14336).t(), gpu="NVIDIA H200")
-    assert split.config.split_k > 1 and not split.config.dependent_launch
+    assert split.config.split_k > 1 and split.config.dependent_launch
     _, large, _ = plan(meta(8192, 8192), meta(8192, 8192))
     assert large.config.tile_m == 128 and not large.config.dependent_launch
 
@@ -218,9 +219,20 @@ def test_the_launch_policy_is_sm90_only():
     decode = (128, 4096, 4096, 1, 132)  # 64 tiles of 64x64: less than a wave
     assert with_launch_policy("sm90", narrow, *decode).dependent_launch
     assert not with_launch_policy("sm100", narrow, *decode).dependent_launch
-    for other in (GemmConfig(tile_m=64, tile_n=256), GemmConfig(tile_m=64, tile_n=16),
-                  GemmConfig(tile_m=64, tile_n=64, split_k=2), GemmConfig(tile_m=128, tile_n=128)):
-        assert not with_launch_policy("sm90", other, *decode).dependent_launch
+
+
+@pytest.mark.parametrize("config", [GemmConfig(tile_m=64, tile_n=256), GemmConfig(tile_m=64, tile_n=16),
+                                    GemmConfig(tile_m=64, tile_n=64, split_k=2), GemmConfig(tile_m=128, tile_n=128),
+                                    GemmConfig(tile_m=128, tile_n=16, split_k=4)], ids=lambda c: c.short())
+def test_dependent_launch_covers_every_decode_plan_and_past_it_narrow_unsplit_tiles(config):
+    """At most 128 tokens on either side of the kernel problem (M, or a swapped
+    kernel's N): any plan; at 129 or in a batch, only unsplit 64-row tiles 64 to 128
+    wide, and none of these."""
+    assert with_launch_policy("sm90", config, 128, 4096, 4096, 1, 132).dependent_launch
+    assert with_launch_policy("sm90", config, 4096, 96, 4096, 1, 132).dependent_launch  # swapped: N = tokens
+    assert not with_launch_policy("sm90", config, 129, 4096, 4096, 1, 132).dependent_launch
+    assert not with_launch_policy("sm90", config, 4096, 4096, 4096, 1, 132).dependent_launch
+    assert not with_launch_policy("sm90", config, 64, 4096, 4096, 2, 132).dependent_launch
 
 
 def test_the_launch_policy_drops_2x1_clusters_over_one_or_three_tile_rows():

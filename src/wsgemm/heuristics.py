@@ -612,13 +612,8 @@ def with_launch_policy(arch: str, config: GemmConfig, m: int, n: int, k: int, ba
     **Raster bands** for long grids (:func:`_with_long_grid_bands` has the rule, the
     comment above ``LONG_GRID_MIN_M`` the measurements behind it).
 
-    **Dependent launch** for unsplit tiles 64 rows tall and 64 to 128 wide: short,
-    memory-bound kernels whose CTAs end raggedly, where the next kernel's CTAs setting
-    up on the SMs this one leaves made each call 1-15 % faster (geometric mean 7.1 %,
-    9 rows) in CUDA graphs of back-to-back calls on an H200. Off elsewhere: with it,
-    split-K configurations, 16-wide and 64x256 tiles and 128-row tiles ranged from
-    6 % slower to 6 % faster (geometric mean 0.7 % slower). A single call after an
-    unrelated kernel changes within +-3 %. benchmarks/NOTES.md section 15.
+    **Dependent launch** (:func:`_launches_dependent`) for decode problems and for
+    unsplit tiles 64 rows tall and 64 to 128 wide.
     """
     if arch != "sm90":
         return config
@@ -639,9 +634,43 @@ def with_launch_policy(arch: str, config: GemmConfig, m: int, n: int, k: int, ba
             and k_blocks >= STREAM_K_MIN_K_BLOCKS and stream_k.fits_int32(units, slots, k_blocks)):
         config = dataclasses.replace(config, stream_k=True)
     config = _with_long_grid_bands(config, m, n, k_blocks, batches, sm_count)
-    if not config.has_workspace and config.tile_m == 64 and 64 <= config.tile_n <= 128:
+    if _launches_dependent(config, m, n, batches):
         config = dataclasses.replace(config, dependent_launch=True)
     return config
+
+
+# Decode: the launch policy makes every plan of an unbatched problem with at most this
+# many tokens (M, or the swapped kernel's N) a dependent launch.
+DEPENDENT_LAUNCH_MAX_TOKENS = 128
+
+
+def _launches_dependent(config: GemmConfig, m: int, n: int, batches: int) -> bool:
+    """Whether the kernel problem (``m`` x ``n``) launches with programmatic dependent
+    launch: the next kernel on the stream starts its CTAs on the SMs this grid leaves
+    free and sets them up (barriers, descriptors) while this one finishes, and waits
+    in ``griddepcontrol.wait`` before it touches global memory.
+
+    That pays for short, memory-bound kernels whose CTAs end raggedly or leave SMs
+    idle. In CUDA graphs of back-to-back calls on an H200 (benchmarks/NOTES.md):
+    - unsplit tiles 64 rows tall and 64 to 128 wide, 1-15 % faster (geometric mean
+      7.1 %, 9 rows; section 15);
+    - every other decode plan (the suite's 60 decode problems, M = 1-128; section 37,
+      ``results/pdl_policy_decode.json.gz``): swapped 64x16 and 64x32 tiles +4.6 and
+      +5.7 % (up to +13 % where 64 CTAs leave half the SMs idle, 8B o-proj), split
+      ones +1.8 to +2.9 %, unswapped tiles +1.8 %: no kind of plan slower on
+      average. In single calls after an L2 flush the same plans moved -0.8 to +0.4 %
+      (geometric means per kind): noise;
+    - beside the policy before, in the suite's protocol (``results/pdl_policy_ab.json.gz``):
+      the 29 graph-timed rows with M <= 128 +2.4 % (8B o-proj +8.5 to +10.4 %; 8B QKV,
+      96 CTAs, -1.5 to -2.2 % where the ablation had +2 to +5 %: the spread between
+      calls), the 55 others +0.2 %.
+    Section 15 had measured split and 16-wide decode tiles at 0.7 % slower (6 % either
+    way); the kernel's split fix-up has changed since (section 29). Larger problems
+    keep plain launches: there 128-row tiles ranged from 6 % slower to 6 % faster.
+    """
+    if batches == 1 and min(m, n) <= DEPENDENT_LAUNCH_MAX_TOKENS:
+        return True
+    return not config.has_workspace and config.tile_m == 64 and 64 <= config.tile_n <= 128
 
 
 def _without_half_empty_clusters(config: GemmConfig, m: int) -> GemmConfig:
