@@ -13,7 +13,7 @@ LLM and square problems, read from the committed
 benchmarks/results/long_grid_bands.json.gz (benchmarks/NOTES.md section 35), beside
 the HBM rate that model gives each walk; the launch policy that now picks the
 bands; and, for one problem, time per clock (ncu, clocks locked) beside clock and
-power back to back (benchmarks/NOTES.md section 36), which separates a slower kernel
+power back to back (benchmarks/NOTES.md sections 36-37), which separates a slower kernel
 from a kernel that runs at a lower clock.
 
 Needs: any machine (no GPU).
@@ -22,7 +22,6 @@ Run:   python examples/14_raster_bands_at_the_power_limit.py
 
 import gzip
 import json
-import statistics
 from collections import OrderedDict
 from pathlib import Path
 
@@ -140,18 +139,20 @@ def policy() -> None:
 def per_clock_or_clock() -> None:
     profiled = {k["label"].split(" (")[0]: k["metrics"] for k in json.loads(TRAFFIC.read_text())["kernels"]}
     sustained = json.loads(gzip.open(POWER).read())["shapes"][0]["sustained"]
-    print(f"\n5. {M}x{N}x{K}: ms at locked clocks (ncu) beside MHz and W back to back:")
+    print(f"\n5. {M}x{N}x{K}: ms at locked clocks (ncu) beside MHz and W back to back (first round, last):")
     for label, name in (("torch.matmul", "torch.matmul"), ("wsgemm default", "wsgemm"),
                         ("wsgemm 128x256:2x1:w8", "wsgemm 128x256:2x1:w8"),
                         ("wsgemm 128x256:2x2:w8", "wsgemm 128x256:2x2:w8")):
         metrics, runs = profiled[label], sustained[name]
         ms = float(metrics["gpu__time_duration.sum"].split()[0])
-        mhz, watts = (statistics.median(r[key] for r in runs) for key in ("mhz", "watts"))
-        print(f"   {label:24s} {ms:6.3f} ms  {mhz:5.0f} MHz {watts:4.0f} W  {metrics['launch__grid_size']:>3s} CTAs")
+        rounds = "   ".join(f"{r['mhz']:5.0f} MHz {r['watts']:4.0f} W" for r in (runs[0], runs[-1]))
+        print(f"   {label:24s} {ms:6.3f} ms  {rounds}  {metrics['launch__grid_size']:>3s} CTAs")
     print("   (wsgemm default: the 128x224 table winner before section 36.) Per clock, 128x256 in 2x1")
-    print("   clusters is level with cuBLAS; back to back it runs ~4 % lower clock at the limit, where cuBLAS")
-    print("   stays under it. 2x2 clusters fit 120 CTAs, not 132, and lose per clock what they gain in clock.")
-    print("   What draws cuBLAS's power lower is not known yet (benchmarks/NOTES.md section 36).")
+    print("   clusters is level with cuBLAS. cuBLAS ran first in its round, and its first-round reading")
+    print("   (under the limit, at 1500 MHz) came from the GPU leaving rest, not from cuBLAS: in the last")
+    print("   round every kernel sits at ~691 W, cuBLAS 30 MHz (2 %) above 128x256:2x1 (benchmarks/NOTES.md")
+    print("   section 37; sustained.py now starts out of rest). 2x2 clusters fit 120 CTAs, not 132, and lose")
+    print("   per clock what they gain in clock.")
 
 
 if __name__ == "__main__":
