@@ -665,8 +665,9 @@ def _launches_dependent(config: GemmConfig, m: int, n: int, batches: int) -> boo
       96 CTAs, -1.5 to -2.2 % where the ablation had +2 to +5 %: the spread between
       calls), the 55 others +0.2 %.
     Section 15 had measured split and 16-wide decode tiles at 0.7 % slower (6 % either
-    way); the kernel's split fix-up has changed since (section 29). Larger problems
-    keep plain launches: there 128-row tiles ranged from 6 % slower to 6 % faster.
+    way); the kernel's split fix-up has changed since (section 29). Past 128 tokens
+    only the first rule applies: there 128-row tiles had ranged from 6 % slower to 6 %
+    faster (section 15), and nothing else is measured.
     """
     if batches == 1 and min(m, n) <= DEPENDENT_LAUNCH_MAX_TOKENS:
         return True
