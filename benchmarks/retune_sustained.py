@@ -49,10 +49,11 @@ def bucket(report: dict, row: dict) -> str:
     return wsgemm.api.bucket_key_for(a, b, gpu=report["environment"]["gpu"], arch="sm90")
 
 
-def new_winner(row: dict, min_gain: float, single_tolerance: float):
-    """(config text, back-to-back gain, single-call gain) of the row's best ``--configs``
-    candidate where it beats the default plan in both protocols, else None."""
-    timed = summary(row)  # medians per implementation, as the report's table shows them
+def new_winner(timed: dict, min_gain: float, single_tolerance: float):
+    """(config text, back-to-back gain, single-call gain) of a row's best ``--configs``
+    candidate where it beats the default plan in both protocols, else None. ``timed``:
+    the row's ``sustained.summary``, medians per implementation as the report's table
+    shows them."""
     if "wsgemm" not in timed or timed["wsgemm"]["single_ms"] is None:
         return None
     default = timed["wsgemm"]
@@ -74,14 +75,14 @@ def entries_from(reports: list[dict], min_gain: float, single_tolerance: float) 
     entries = {}
     for report in reports:
         for row in report["shapes"]:
-            won = new_winner(row, min_gain, single_tolerance)
+            timed = summary(row)
+            won = new_winner(timed, min_gain, single_tolerance)
             kept = "default kept" if row.get("single_ms") else "no single calls: default kept"
             print(f"{row['label']}: " + (kept if won is None else
                                          f"{won[0]} (+{won[1]:.1%} back to back, {won[2]:+.1%} single)"))
             if won is None:
                 continue
             # Times are keyed by what ran: the default plan as launched, the candidates by their text.
-            timed = summary(row)
             ms = {f"default {row['wsgemm_plan']}": timed["wsgemm"]["ms"]}
             ms.update({name.removeprefix(CONFIG_PREFIX): t["ms"] for name, t in timed.items()
                        if name.startswith(CONFIG_PREFIX)})
