@@ -81,6 +81,11 @@ LLM_TOKENS = (1, 16, 64, 128, 512, 2048, 4096, 8192, 16384)
 LLM_TOKENS_70B = LLM_TOKENS[::2]
 DECODE_TOKENS = (1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128)
 DECODE_TOKENS_70B = (1, 8, 32, 128)
+# Chunked or small-batch prefill: token counts between the llm suite's 128 and 2048,
+# off its grid, where a plan fills one or two waves of the SMs and the tile shapes
+# fitted to M (not the tuned table's buckets) decide the speed.
+PREFILL_TOKENS = (136, 192, 256, 320, 384, 448, 768, 1024)
+PREFILL_TOKENS_70B = (192, 320, 768)
 
 
 def _projection_problems(suite: str, model: Model, tokens: tuple[int, ...]) -> list[Problem]:
@@ -104,6 +109,12 @@ def _llm() -> list[Problem]:
 def _decode() -> list[Problem]:
     return _projection_problems("decode", LLAMA3_8B, DECODE_TOKENS) + _projection_problems(
         "decode", LLAMA3_70B, DECODE_TOKENS_70B
+    )
+
+
+def _prefill() -> list[Problem]:
+    return _projection_problems("prefill", LLAMA3_8B, PREFILL_TOKENS) + _projection_problems(
+        "prefill", LLAMA3_70B, PREFILL_TOKENS_70B
     )
 
 
@@ -140,6 +151,7 @@ SUITES: dict[str, list[Problem]] = {
     "square": _square(),
     "llm": _llm(),
     "decode": _decode(),
+    "prefill": _prefill(),
     "shortk": _shortk(),
     "batched": _batched(),
     "quick": _quick(),

@@ -61,6 +61,11 @@ def test_decode_shortk_square_batched_ranges():
     assert all(1 <= p.m <= 128 and p.layout == "b_weight_t" for p in decode)
     llm_weights = {(p.n, p.k) for p in shapes.SUITES["llm"]}
     assert {(p.n, p.k) for p in decode} == llm_weights
+    prefill = shapes.SUITES["prefill"]
+    llm_tokens = set(shapes.LLM_TOKENS)
+    # Off the llm suite's token grid, between its 128 and 2048, on the same weights.
+    assert all(128 < p.m < 2048 and p.m not in llm_tokens and p.layout == "b_weight_t" for p in prefill)
+    assert {(p.n, p.k) for p in prefill} == llm_weights
     assert all(128 <= p.k <= 1024 and min(p.m, p.n) >= 8192 for p in shapes.SUITES["shortk"])
     assert [p.m for p in shapes.SUITES["square"]] == [1024, 2048, 4096, 8192, 16384]
     assert all(p.m == p.n == p.k for p in shapes.SUITES["square"])
