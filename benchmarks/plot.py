@@ -167,7 +167,12 @@ def render_markdown(report: dict) -> str:
         )
     lines += _config_table(report, impls)
     lines += ["", "## Implementations", ""]
-    lines += [f"- {name}: {info['detail']}" for name, info in report["implementations"].items()]
+    not_asked = [name for name, info in report["implementations"].items()
+                 if not info["ran"] and info["detail"].startswith("skipped (--impls)")]
+    lines += [f"- {name}: {info['detail']}" for name, info in report["implementations"].items()
+              if name not in not_asked]
+    if not_asked:  # their descriptions are in `suite.py --help` and in reports that ran them
+        lines.append(f"- not asked for (--impls): {', '.join(not_asked)}")
     failures = [
         f"- {row['label']} / {name}: {_failure_text(res)}"
         for row in report["rows"]
