@@ -1,6 +1,8 @@
 """How a call is planned, on meta tensors (no GPU): which kernel problem, majors and
 mode ``wsgemm.api`` derives, including the operand swap for decode shapes."""
 
+import dataclasses
+
 import pytest
 import torch
 
@@ -198,7 +200,7 @@ def test_merging_autotune_runs_averages_relative_times_of_the_runs_winners():
 
 def test_the_default_path_launches_decode_plans_and_narrow_unsplit_tiles_as_dependents():
     """``heuristics.with_launch_policy``: programmatic dependent launch for every plan
-    of an unbatched problem of at most 128 tokens and, past that, for unsplit 64-row
+    of an unbatched problem of at most 1024 tokens and, past that, for unsplit 64-row
     tiles 64 to 128 wide (table, model or autotuner); never for a caller's config,
     nor for larger problems' split-K, narrower or wider tiles."""
     x, w = meta(128, 4096), meta(4096, 4096)  # 8B o-proj, M = 128: the table's 64x64
@@ -210,6 +212,9 @@ def test_the_default_path_launches_decode_plans_and_narrow_unsplit_tiles_as_depe
     # Decode on the 8B down projection: the table's split swapped 128x16 tile.
     _, split, _ = plan(meta(1, 14336), meta(4096, 14336).t(), gpu="NVIDIA H200")
     assert split.config.split_k > 1 and split.config.dependent_launch
+    # Small prefill: the model's two swapped 80-wide token tiles at M = 136, split.
+    mode, prefill, _ = plan(meta(136, 4096), meta(4096, 4096).t(), gpu="NVIDIA H200")
+    assert mode == "swap" and prefill.config.split_k > 1 and prefill.config.dependent_launch
     _, large, _ = plan(meta(8192, 8192), meta(8192, 8192))
     assert large.config.tile_m == 128 and not large.config.dependent_launch
 
@@ -224,13 +229,17 @@ def test_the_launch_policy_is_sm90_only():
 @pytest.mark.parametrize("config", [GemmConfig(tile_m=64, tile_n=256), GemmConfig(tile_m=64, tile_n=16),
                                     GemmConfig(tile_m=64, tile_n=64, split_k=2), GemmConfig(tile_m=128, tile_n=128),
                                     GemmConfig(tile_m=128, tile_n=16, split_k=4)], ids=lambda c: c.short())
-def test_dependent_launch_covers_every_decode_plan_and_past_it_narrow_unsplit_tiles(config):
-    """At most 128 tokens on either side of the kernel problem (M, or a swapped
-    kernel's N): any plan; at 129 or in a batch, only unsplit 64-row tiles 64 to 128
-    wide, and none of these."""
+def test_dependent_launch_covers_every_plan_up_to_1024_tokens_and_past_it_narrow_unsplit_tiles(config):
+    """At most 128 on either side of the kernel problem, or at most 1024 tokens (M, or
+    a swapped kernel's N): any plan; at 1025 tokens or in a batch, only unsplit 64-row
+    tiles 64 to 128 wide, and none of these."""
+    swapped = dataclasses.replace(config, swap_ab=True)
     assert with_launch_policy("sm90", config, 128, 4096, 4096, 1, 132).dependent_launch
-    assert with_launch_policy("sm90", config, 4096, 96, 4096, 1, 132).dependent_launch  # swapped: N = tokens
-    assert not with_launch_policy("sm90", config, 129, 4096, 4096, 1, 132).dependent_launch
+    assert with_launch_policy("sm90", config, 4096, 96, 4096, 1, 132).dependent_launch  # N = 96
+    assert with_launch_policy("sm90", config, 1024, 4096, 4096, 1, 132).dependent_launch
+    assert with_launch_policy("sm90", swapped, 4096, 1024, 4096, 1, 132).dependent_launch  # swapped: N = tokens
+    assert not with_launch_policy("sm90", config, 1025, 4096, 4096, 1, 132).dependent_launch
+    assert not with_launch_policy("sm90", swapped, 1024, 1025, 4096, 1, 132).dependent_launch
     assert not with_launch_policy("sm90", config, 4096, 4096, 4096, 1, 132).dependent_launch
     assert not with_launch_policy("sm90", config, 64, 4096, 4096, 2, 132).dependent_launch
 
@@ -332,7 +341,8 @@ def test_one_wave_long_k_loops_run_one_warpgroup_per_128x128_tile():
     split = GemmConfig(tile_m=128, tile_n=256, cluster_m=2, split_k=2)
     assert with_launch_policy("sm90", split, 512, 4096, 32 * 64, 1, H200_SMS) == solo
     assert with_launch_policy("sm90", GemmConfig(tile_n=160), 1024, 1920, 14336, 1, H200_SMS) == solo  # 120 tiles
-    assert with_launch_policy("sm90", split, 512, 4096, 31 * 64, 1, H200_SMS) == split
+    kept = with_launch_policy("sm90", split, 512, 4096, 31 * 64, 1, H200_SMS)
+    assert dataclasses.replace(kept, dependent_launch=False) == split  # (M = 512 launches dependent)
     assert not with_launch_policy("sm90", split, 256, 4096, 14336, 1, H200_SMS).pingpong  # 64 tiles
     assert not with_launch_policy("sm90", split, 512, 4480, 14336, 1, H200_SMS).pingpong  # 140 tiles
     assert not with_launch_policy("sm90", split, 64, 8192, 28672, 1, H200_SMS).pingpong  # 64 rows: 64 tiles

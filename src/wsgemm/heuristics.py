@@ -612,8 +612,8 @@ def with_launch_policy(arch: str, config: GemmConfig, m: int, n: int, k: int, ba
     **Raster bands** for long grids (:func:`_with_long_grid_bands` has the rule, the
     comment above ``LONG_GRID_MIN_M`` the measurements behind it).
 
-    **Dependent launch** (:func:`_launches_dependent`) for decode problems and for
-    unsplit tiles 64 rows tall and 64 to 128 wide.
+    **Dependent launch** (:func:`_launches_dependent`) for decode and small prefill
+    problems and for unsplit tiles 64 rows tall and 64 to 128 wide.
     """
     if arch != "sm90":
         return config
@@ -640,8 +640,11 @@ def with_launch_policy(arch: str, config: GemmConfig, m: int, n: int, k: int, ba
 
 
 # Decode: the launch policy makes every plan of an unbatched problem with at most this
-# many tokens (M, or the swapped kernel's N) a dependent launch.
+# many tokens (M, or the swapped kernel's N) a dependent launch ...
 DEPENDENT_LAUNCH_MAX_TOKENS = 128
+# ... and, past decode, every plan of an unbatched problem whose tokens (the kernel's M,
+# or a swapped kernel's N) number at most this: small and chunked prefill.
+DEPENDENT_LAUNCH_MAX_PREFILL_TOKENS = 1024
 
 
 def _launches_dependent(config: GemmConfig, m: int, n: int, batches: int) -> bool:
@@ -650,8 +653,8 @@ def _launches_dependent(config: GemmConfig, m: int, n: int, batches: int) -> boo
     free and sets them up (barriers, descriptors) while this one finishes, and waits
     in ``griddepcontrol.wait`` before it touches global memory.
 
-    That pays for short, memory-bound kernels whose CTAs end raggedly or leave SMs
-    idle. In CUDA graphs of back-to-back calls on an H200 (benchmarks/NOTES.md):
+    That pays for kernels whose CTAs end raggedly or leave SMs idle, the shorter the
+    more. In CUDA graphs of back-to-back calls on an H200 (benchmarks/NOTES.md):
     - unsplit tiles 64 rows tall and 64 to 128 wide, 1-15 % faster (geometric mean
       7.1 %, 9 rows; section 15);
     - every other decode plan (the suite's 60 decode problems, M = 1-128; section 37,
@@ -663,14 +666,21 @@ def _launches_dependent(config: GemmConfig, m: int, n: int, batches: int) -> boo
     - beside the policy before, in the suite's protocol (``results/pdl_policy_ab.json.gz``):
       the 29 graph-timed rows with M <= 128 +2.4 % (8B o-proj +8.5 to +10.4 %; 8B QKV,
       96 CTAs, -1.5 to -2.2 % where the ablation had +2 to +5 %: the spread between
-      calls), the 55 others +0.2 %.
+      calls), the 55 others +0.2 %;
+    - the prefill suite's 44 problems (M = 136-1024, Llama-3 weights; section 38,
+      ``results/pdl_prefill.json.gz``): +2.2 % in the geometric mean; +4.7 % for the
+      9 kernels under 25 us, +2.5 % for the 19 of 25-100 us, +0.5 % for the 16
+      longer ones; none slower by more than 1.1 %. Single calls -0.4 % (-1.5 % under
+      25 us, where single calls after a flush spread by more than that).
     Section 15 had measured split and 16-wide decode tiles at 0.7 % slower (6 % either
-    way); the kernel's split fix-up has changed since (section 29). Past 128 tokens
+    way); the kernel's split fix-up has changed since (section 29). Past 1024 tokens
     only the first rule applies: there 128-row tiles had ranged from 6 % slower to 6 %
     faster (section 15), and nothing else is measured.
     """
-    if batches == 1 and min(m, n) <= DEPENDENT_LAUNCH_MAX_TOKENS:
-        return True
+    if batches == 1:
+        tokens = n if config.swap_ab else m
+        if min(m, n) <= DEPENDENT_LAUNCH_MAX_TOKENS or tokens <= DEPENDENT_LAUNCH_MAX_PREFILL_TOKENS:
+            return True
     return not config.has_workspace and config.tile_m == 64 and 64 <= config.tile_n <= 128
 
 
