@@ -411,3 +411,15 @@ def test_the_autotuner_times_two_tile_swaps_that_hold_the_calls_tokens():
     assert table_winner_or_model(winner, 300, 320, 8192, 8192, 1, H200_SMS, True) == winner
     past = table_winner_or_model(winner, 300, 400, 8192, 8192, 1, H200_SMS, True)
     assert past == choose_config("sm90", 400, 8192, 8192, 1, H200_SMS, can_swap=True) != winner
+
+def test_64_row_tiles_over_several_waves_of_a_long_k_loop_share_l2():
+    """192x28672x4096: 384 tiles of 64x224 in ~3 waves re-read the weight per tile row
+    and drew ~8.6 TB/s from L2 (103.6 us); 128x224 tiles in 2x1 clusters ran 88.2 us
+    (NOTES section 38). With 32 k-blocks the term does not apply, nor where the
+    weight streams from HBM through one token tile (a swapped decode kernel)."""
+    chosen = choose_config("sm90", 192, 28672, 4096, 1, H200_SMS, can_swap=True)
+    assert (chosen.tile_m, chosen.tile_n, chosen.cluster_m) == (128, 224, 2)
+    assert choose_config("sm90", 192, 28672, 2048, 1, H200_SMS, can_swap=True).tile_m == 64
+    decode = choose_config("sm90", 16, 57344, 8192, 1, H200_SMS, can_swap=True)
+    assert decode.swap_ab and (decode.tile_m, decode.tile_n) == (64, 16)
+

@@ -115,7 +115,13 @@ def mma_efficiency(tile_m: int, tile_n: int) -> float:
 # with short k-loops launch and epilogue costs it does not weigh decide (64x160
 # tiles at 1024^3 ran 1.2x slower than the 64x128 tiles this term ties them with),
 # and over several waves the term moved M = 896-2944 problems to tiles 4-14 %
-# slower.
+# slower. Except for 64-row tiles (which serve M <= 1024 only) with more than one
+# tile column: there every wave re-reads the weight once per tile row, and the share
+# applies over any number of waves. 384 tiles of 64x224 at 192x28672x4096 (~3 waves)
+# drew ~8.6 TB/s from L2 and ran 103.6 us; the 128x224 tiles in 2x1 clusters the model
+# then picks ran 88.2 us. On the 6 shapes of M = 136-192 whose plan it changed, 1.24x
+# faster in single calls (0.69x -> 0.86x of cuBLAS; benchmarks/NOTES.md section 38,
+# ``results/model_l2_64row_ab.json.gz``).
 ONE_WAVE_MIN_K_BLOCKS = 64
 ONE_WAVE_64_ROW_GAIN = 1.15
 
@@ -200,11 +206,13 @@ def estimate_seconds(m: int, n: int, k: int, batches: int, sm_count: int, tile_m
     k_blocks = ceil_div(k, TILE_K)
     work_items = units - tail + tail * split_k
     # One tile row (M <= tile_m): the weight streams from HBM, which the loads below
-    # charge already, and the tokens' small A tile stays in L2.
-    shares_l2 = _one_long_wave(work_items, slots, k_blocks) and m > tile_m
+    # charge already, and the tokens' small A tile stays in L2. 64-row tiles over
+    # several tile columns share L2 over any number of waves (see ONE_WAVE_MIN_K_BLOCKS).
+    shares_l2 = m > tile_m and (_one_long_wave(work_items, slots, k_blocks)
+                                or (tile_m == 64 and n > tile_n and k_blocks >= ONE_WAVE_MIN_K_BLOCKS))
     tile_seconds = functools.partial(_tile_seconds, m, n, tile_m=tile_m, tile_n=tile_n, model=model,
                                      cluster_m=cluster_m, cluster_n=cluster_n,
-                                     resident_ctas=work_items * cluster if shares_l2 else None)
+                                     resident_ctas=min(work_items, slots) * cluster if shares_l2 else None)
     busiest_sm = (units - tail) // slots * tile_seconds(k_blocks)
     if tail:
         split_blocks = ceil_div(k_blocks, split_k)
