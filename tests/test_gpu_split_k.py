@@ -205,6 +205,23 @@ def test_the_default_path_swaps_three_tile_rows_of_tokens_into_two_n_tiles():
     check(run(x, w.t()), x, w.t())
 
 
+@pytest.mark.parametrize("m, tile_n", [(300, 80), (352, 96), (440, 112)])
+def test_the_default_path_swaps_four_token_tiles_on_a_4096_row_weight(m, tile_n):
+    """Past 256 tokens, on a weight of 4096 rows, four N tiles fitted to the tokens
+    (the last partly past the edge) in 1x2 clusters fill one wave with 128-row weight
+    tiles (heuristics.SWAP_FOUR_TILES_MAX_M); here with a long enough k-loop, at
+    K = 4096, and a launch as a programmatic dependent."""
+    x, w = rand(m, 4096), rand(4096, 4096)
+    plan = wsgemm.api.make_plan(x, w.t(), None, None, None)
+    config = plan.spec.config
+    assert plan.mode == "swap" and (config.tile_m, config.tile_n, config.cluster_n) == (128, tile_n, 2), plan
+    assert config.split_k == 1 and config.dependent_launch
+    check(run(x, w.t()), x, w.t())
+    out = torch.full((m, 4096), float("nan"), device="cuda", dtype=torch.float32)
+    wsgemm.gemm(x, w.t(), out=out)
+    check(out, x, w.t(), torch.float32)
+
+
 def test_swap_ab_with_out_and_fp32_output():
     config = GemmConfig(tile_m=128, tile_n=16, split_k=2, swap_ab=True)
     x, w = rand(7, 4096), rand(2048, 4096)

@@ -8,6 +8,7 @@ from wsgemm.heuristics import (
     H200,
     ONE_WAVE_MIN_K_BLOCKS,
     SPARE_EPILOGUE_BUFFERS,
+    SWAP_FOUR_TILES_MAX_M,
     SWAP_TWO_TILES_MAX_M,
     SWAP_TWO_TILES_MIN_K_BLOCKS,
     _swapped_candidates,
@@ -358,7 +359,8 @@ def test_past_m_128_tokens_swap_into_two_wide_n_tiles_where_the_model_gains():
     for m in (136, 200, 260, 320):
         for _, config in _swapped_candidates(m, 2048, 4096, H200_SMS, H200):
             assert -(-64 // config.split_k) >= SWAP_TWO_TILES_MIN_K_BLOCKS
-            assert config.tile_n < m <= 2 * config.tile_n or m <= config.tile_n
+            four_tiles = 3 * config.tile_n < m <= 4 * config.tile_n and config.split_k == 1
+            assert config.tile_n < m <= 2 * config.tile_n or m <= config.tile_n or four_tiles
 
 
 def test_two_token_tiles_are_fitted_to_the_tokens_in_steps_of_16():
@@ -412,6 +414,7 @@ def test_the_autotuner_times_two_tile_swaps_that_hold_the_calls_tokens():
     past = table_winner_or_model(winner, 300, 400, 8192, 8192, 1, H200_SMS, True)
     assert past == choose_config("sm90", 400, 8192, 8192, 1, H200_SMS, can_swap=True) != winner
 
+
 def test_64_row_tiles_over_several_waves_of_a_long_k_loop_share_l2():
     """192x28672x4096: 384 tiles of 64x224 in ~3 waves re-read the weight per tile row
     and drew ~8.6 TB/s from L2 (103.6 us); 128x224 tiles in 2x1 clusters ran 88.2 us
@@ -423,3 +426,29 @@ def test_64_row_tiles_over_several_waves_of_a_long_k_loop_share_l2():
     decode = choose_config("sm90", 16, 57344, 8192, 1, H200_SMS, can_swap=True)
     assert decode.swap_ab and (decode.tile_m, decode.tile_n) == (64, 16)
 
+
+@pytest.mark.parametrize("m, k, width", [(300, 4096, 80), (352, 14336, 96), (440, 8192, 112)])
+def test_four_token_tiles_fill_one_wave_with_a_4096_row_weight(m, k, width):
+    """Four token tiles fitted to M, paired in 1x2 clusters, unsplit: 32 weight tiles
+    times four make 128 CTAs (NOTES section 38). Not where they would make more than a
+    wave (6144 rows: 192 CTAs), past SWAP_FOUR_TILES_MAX_M, for k-loops shorter than
+    ONE_WAVE_MIN_K_BLOCKS, or where the operands cannot swap."""
+    chosen = choose_config("sm90", m, 4096, k, 1, H200_SMS, can_swap=True)
+    assert chosen.swap_ab and (chosen.tile_m, chosen.tile_n, chosen.cluster_n, chosen.split_k) == (128, width, 2, 1)
+    assert not choose_config("sm90", m, 4096, k, 1, H200_SMS, can_swap=False).swap_ab
+    assert not choose_config("sm90", 384, 6144, 4096, 1, H200_SMS, can_swap=True).swap_ab
+    assert not choose_config("sm90", SWAP_FOUR_TILES_MAX_M + 1, 4096, k, 1, H200_SMS, can_swap=True).swap_ab
+    short = (ONE_WAVE_MIN_K_BLOCKS - 1) * 64
+    assert not any(3 * c.tile_n < m for _, c in _swapped_candidates(m, 4096, short, H200_SMS, H200))
+
+
+def test_a_four_tile_swap_winner_serves_the_m_its_tiles_hold():
+    """Timed at M = 300 (four 80-wide tiles), it serves M = 320 and gives way to the
+    model at M = 330, which would need a fifth token tile."""
+    winner = cfg.GemmConfig(tile_m=128, tile_n=80, cluster_n=2, swap_ab=True)
+    assert table_winner_or_model(winner, 300, 320, 4096, 4096, 1, H200_SMS, True) == winner
+    past = table_winner_or_model(winner, 300, 330, 4096, 4096, 1, H200_SMS, True)
+    assert past == choose_config("sm90", 330, 4096, 4096, 1, H200_SMS, can_swap=True) != winner
+    # The autotuner times them too, fitted to the call's M.
+    timed = candidates_to_time(400, 4096, 4096, 1, H200_SMS, True, 12, tokens_up_to=512)
+    assert any(c.swap_ab and (c.tile_n, c.cluster_n) == (112, 2) for c in timed)

@@ -155,6 +155,21 @@ SWAP_TWO_TILES_MAX_M = 320
 # 0.82-0.97x of the unswapped 64-row tiles (their fix-up is a larger share of a
 # 10-15 us run); no two-tile swap was measured below K = 4096.
 SWAP_TWO_TILES_MIN_K_BLOCKS = 32
+# Four N tiles fitted to the tokens, paired in 1x2 clusters, where they make one wave
+# with 128-row weight tiles (k-loops of at least ONE_WAVE_MIN_K_BLOCKS, unsplit): on
+# a 4096-row weight 32 weight tiles times four token tiles fill 128 SMs (cuBLAS runs
+# 128x80 tiles in 1x2 clusters at 320x4096x4096). Those tiles ran faster than the
+# model's rates say (``results/sweep_swap_four_token_tiles.json.gz``, benchmarks/
+# NOTES.md section 38): 0.24-0.29 us per k-block for 128x80 and 128x96 tiles at
+# K = 14336, ~9.7 TB/s from L2 in all and 0.73 of the MMA peak, where the model
+# charges 8 TB/s and rates them 0.60-0.65. So they are rated this much faster; with
+# it the model picks them at 320-448 x 4096 x 4096 and 14336, where they ran 4-12 %
+# faster than the plans before (two 160-wide swapped tiles split 2, 128-row plain
+# tiles).
+SWAP_FOUR_TILES_GAIN = 1.2
+SWAP_FOUR_TILES_MIN_M = 257
+SWAP_FOUR_TILES_MAX_M = 448
+SWAP_MAX_M = max(SWAP_TWO_TILES_MAX_M, SWAP_FOUR_TILES_MAX_M)
 PLAIN_TILE_N = (256, 224, 192, 160, 128, 96, 64)
 # Past the swaps' M, 128-row tiles may also take the odd multiples of 16 between those
 # widths, where they fit the waves better (1536x2560x8192: 11 columns of 240 fill 132
@@ -190,7 +205,7 @@ def resident_clusters(sm_count: int, cluster_size: int) -> int:
 
 def estimate_seconds(m: int, n: int, k: int, batches: int, sm_count: int, tile_m: int, tile_n: int,
                      split_k: int = 1, model: ThroughputModel = H200, cluster_m: int = 1,
-                     cluster_n: int = 1) -> float:
+                     cluster_n: int = 1, rate_gain: float = 1.0) -> float:
     """Modelled run time of one SM90 configuration on an ``sm_count``-SM GPU.
 
     With ``split_k > 1`` only the tiles of the last partial wave are split
@@ -198,6 +213,8 @@ def estimate_seconds(m: int, n: int, k: int, batches: int, sm_count: int, tile_m
     A cluster pads the tile grid to whole clusters, and its CTAs share the operand
     tiles they have in common through multicast (one L2 read for the cluster). The
     CTAs resident at once share L2's bandwidth (``ThroughputModel.l2_bytes_per_s``).
+    ``rate_gain`` scales a tile's MMA and L2 rates where they are measured faster than
+    the model's defaults (``SWAP_FOUR_TILES_GAIN``).
     """
     cluster = cluster_m * cluster_n
     units = ceil_div(ceil_div(m, tile_m), cluster_m) * ceil_div(ceil_div(n, tile_n), cluster_n) * batches
@@ -211,7 +228,7 @@ def estimate_seconds(m: int, n: int, k: int, batches: int, sm_count: int, tile_m
     shares_l2 = m > tile_m and (_one_long_wave(work_items, slots, k_blocks)
                                 or (tile_m == 64 and n > tile_n and k_blocks >= ONE_WAVE_MIN_K_BLOCKS))
     tile_seconds = functools.partial(_tile_seconds, m, n, tile_m=tile_m, tile_n=tile_n, model=model,
-                                     cluster_m=cluster_m, cluster_n=cluster_n,
+                                     cluster_m=cluster_m, cluster_n=cluster_n, rate_gain=rate_gain,
                                      resident_ctas=min(work_items, slots) * cluster if shares_l2 else None)
     busiest_sm = (units - tail) // slots * tile_seconds(k_blocks)
     if tail:
@@ -228,13 +245,14 @@ def estimate_seconds(m: int, n: int, k: int, batches: int, sm_count: int, tile_m
 
 
 def _tile_seconds(m: int, n: int, k_blocks: int, tile_m: int, tile_n: int, model: ThroughputModel,
-                  cluster_m: int = 1, cluster_n: int = 1, resident_ctas: int | None = None) -> float:
+                  cluster_m: int = 1, cluster_n: int = 1, resident_ctas: int | None = None,
+                  rate_gain: float = 1.0) -> float:
     """One work item of ``k_blocks`` k-blocks: bound by its MMAs or its operand loads.
     ``resident_ctas``: in one wave of a long k-loop, the CTAs that share L2's
     bandwidth with this one (``ONE_WAVE_MIN_K_BLOCKS``); ``None``: it reads at its
     port's rate."""
     k_elems = k_blocks * TILE_K
-    efficiency = mma_efficiency(tile_m, tile_n)
+    efficiency = mma_efficiency(tile_m, tile_n) * rate_gain
     if resident_ctas is not None and tile_m == 64 and tile_n >= 64 and k_blocks >= ONE_WAVE_MIN_K_BLOCKS:
         efficiency *= ONE_WAVE_64_ROW_GAIN
     mma = 2 * tile_m * tile_n * k_elems / (model.mma_flops_per_sm * efficiency)
@@ -246,7 +264,7 @@ def _tile_seconds(m: int, n: int, k_blocks: int, tile_m: int, tile_n: int, model
     # streams from HBM; one that other tiles share is mostly an L2 hit.
     l2_rate = model.sm_l2_bytes_per_s
     if resident_ctas is not None:
-        l2_rate = min(l2_rate, model.l2_bytes_per_s / resident_ctas)
+        l2_rate = min(l2_rate, model.l2_bytes_per_s * rate_gain / resident_ctas)
     a_rate = model.sm_hbm_bytes_per_s if ceil_div(n, tile_n) == 1 else l2_rate
     b_rate = model.sm_hbm_bytes_per_s if ceil_div(m, tile_m) == 1 else l2_rate
     a_rate, b_rate = (min(rate, in_flight / model.load_latency_s) for rate in (a_rate, b_rate))
@@ -264,12 +282,13 @@ def ranked_sm90_configs(m: int, n: int, k: int, batches: int, sm_count: int, can
 
     ``can_swap``: the operands are 2-D and TMA-readable, so ``swap_ab`` (compute
     D^T = B^T A^T) is possible; it is considered for M <= ``SWAP_AB_MAX_M``, where the
-    tokens fit one or two narrow N tiles instead of a mostly empty 64-row M tile, and
-    up to ``SWAP_TWO_TILES_MAX_M``, where two N tiles hold them with less padding
-    than 128-row M tiles.
+    tokens fit one or two narrow N tiles instead of a mostly empty 64-row M tile, up
+    to ``SWAP_TWO_TILES_MAX_M``, where two N tiles hold them with less padding than
+    128-row M tiles, and up to ``SWAP_FOUR_TILES_MAX_M``, where four N tiles and the
+    weight's 128-row tiles make one wave.
     """
     ranked = _plain_candidates(m, n, k, batches, sm_count, model)
-    if can_swap and batches == 1 and m <= SWAP_TWO_TILES_MAX_M:
+    if can_swap and batches == 1 and m <= SWAP_MAX_M:
         swapped = _swapped_candidates(m, n, k, sm_count, model)
         # Swap only for a clear gain: the transposed views cost host time on every call.
         if swapped and swapped[0][0] < SWAP_AB_MIN_GAIN * ranked[0][0]:
@@ -289,12 +308,13 @@ def candidates_to_time(m: int, n: int, k: int, batches: int, sm_count: int, can_
 
     ``tokens_up_to``: the largest M the winner will serve (the autotuner's bucket
     bound); up to ``SWAP_AB_MAX_M`` swapped candidates' N tiles hold that many tokens,
-    not just ``m``. Past it, up to ``SWAP_TWO_TILES_MAX_M``, they hold ``m``'s tokens in
-    two tiles, as the default path's swaps do; at an M of the bucket they cannot hold,
-    :func:`table_winner_or_model` serves the model's pick instead.
+    not just ``m``. Past it, up to ``SWAP_MAX_M``, they hold ``m``'s tokens in two or
+    four tiles, as the default path's swaps do; at an M of the bucket that needs more
+    token tiles than the winner was timed with, :func:`table_winner_or_model` serves
+    the model's pick instead.
     """
     plain = _plain_candidates(m, n, k, batches, sm_count, model)
-    swaps = can_swap and batches == 1 and m <= SWAP_TWO_TILES_MAX_M
+    swaps = can_swap and batches == 1 and m <= SWAP_MAX_M
     tokens = max(m, min(tokens_up_to or m, SWAP_AB_MAX_M)) if m <= SWAP_AB_MAX_M else m
     swapped = _swapped_candidates(tokens, n, k, sm_count, model) if swaps else []
     if not swapped:
@@ -416,11 +436,29 @@ def _swapped_candidates(m, n, k, sm_count, model):
     items long enough (``SWAP_TWO_TILES_MIN_K_BLOCKS``)."""
     if m <= SWAP_AB_MAX_M:
         narrow = [t for t in SWAP_TILE_N if t >= m][:1] + [t for t in SWAP_TILE_N if 64 <= t < m <= 2 * t][:1]
-    else:
+    elif m <= SWAP_TWO_TILES_MAX_M:
         narrow = [t for t in (fitted_token_tile(m, 1), fitted_token_tile(m, 2)) if t in SM90_TILE_N]
+    else:
+        narrow = []
     min_item_k_blocks = SWAP_TWO_TILES_MIN_K_BLOCKS if m > SWAP_AB_MAX_M else 1
     candidates = list(_candidates(n, m, k, 1, sm_count, (64, 128), tuple(narrow), True, model, min_item_k_blocks))
+    candidates += _four_token_tiles(m, n, k, sm_count, model)
     return _break_ties(candidates) if candidates else []
+
+
+def _four_token_tiles(m, n, k, sm_count, model):
+    """Swapped candidates whose four token tiles (fitted to ``m``, paired in 1x2
+    clusters) and 128-row weight tiles make one wave of unsplit k-loops of at least
+    ``ONE_WAVE_MIN_K_BLOCKS``, from ``SWAP_FOUR_TILES_MIN_M`` to
+    ``SWAP_FOUR_TILES_MAX_M`` tokens; rated ``SWAP_FOUR_TILES_GAIN`` faster."""
+    if not SWAP_FOUR_TILES_MIN_M <= m <= SWAP_FOUR_TILES_MAX_M or ceil_div(k, TILE_K) < ONE_WAVE_MIN_K_BLOCKS:
+        return []
+    if ceil_div(n, 128) * 4 > 2 * resident_clusters(sm_count, 2):
+        return []
+    tile_n = fitted_token_tile(m, 4)
+    return [(seconds, config) for seconds, config in _candidates(n, m, k, 1, sm_count, (128,), (tile_n,), True, model,
+                                                                   rate_gain=SWAP_FOUR_TILES_GAIN)
+            if config.split_k == 1]
 
 
 def fitted_token_tile(m: int, tiles: int) -> int:
@@ -438,7 +476,8 @@ def _break_ties(ranked):
     return close + [item for item in ranked if item[0] > best * 1.02]
 
 
-def _candidates(m, n, k, batches, sm_count, tile_ms, tile_ns, swap_ab, model, min_item_k_blocks=1):
+def _candidates(m, n, k, batches, sm_count, tile_ms, tile_ns, swap_ab, model, min_item_k_blocks=1,
+                rate_gain=1.0):
     """(modelled seconds, config) of each tile, cluster and split for the kernel's own M, N,
     whose work items (whole or split k-loops) have at least ``min_item_k_blocks`` k-blocks."""
     k_blocks = ceil_div(k, TILE_K)
@@ -463,7 +502,7 @@ def _candidates(m, n, k, batches, sm_count, tile_ms, tile_ns, swap_ab, model, mi
                     if ceil_div(k_blocks, split) < min_item_k_blocks:
                         continue
                     seconds = estimate_seconds(m, n, k, batches, sm_count, tile_m, tile_n, split, model,
-                                               cluster_m, cluster_n)
+                                               cluster_m, cluster_n, rate_gain)
                     yield seconds, GemmConfig(tile_m=tile_m, tile_n=tile_n, tile_k=TILE_K, cluster_m=cluster_m,
                                               cluster_n=cluster_n, raster=Raster.ALONG_M, swizzle=1,
                                               split_k=split, swap_ab=swap_ab)
@@ -480,10 +519,10 @@ def _clusters(tile_m, tiles_m, tiles_n, swap_ab):
     such shapes in 4x2 and 1x2 clusters. Past one wave 2x2 clusters ran 9 % slower
     than 1x2 at 8192x8192 with K <= 512 (section 19); 64-row tiles in 1x2 clusters,
     whose A box is 8 KB a k-block, ran up to 1.2x slower than unclustered ones
-    (NOTES section 30). Swapped: the weight is A, multicast along N; two N tiles of
-    tokens are always paired (see ``_swapped_candidates``)."""
+    (NOTES section 30). Swapped: the weight is A, multicast along N; two or four N
+    tiles of tokens are always paired (see ``_swapped_candidates``)."""
     if swap_ab:
-        return [(1, 2)] if tiles_n == 2 else [(1, 1)]
+        return [(1, 2)] if tiles_n in (2, 4) else [(1, 1)]
     along_m = [(1, 1), (2, 1)] if tiles_m >= 2 else [(1, 1)]
     if tiles_m < 2 or tiles_n < 2:
         return along_m
@@ -515,8 +554,8 @@ def table_winner_or_model(measured: GemmConfig, measured_m: int, m: int, n: int,
     ``TABLE_WAVE_LOSS_MAX`` further behind its own best here than at ``measured_m``;
     then the model's best. Only past ``SWAP_AB_MAX_M``: below it the problems are
     memory-bound, where the model ranks least well. A swapped winner gives way at any
-    M its token tiles cannot hold (an autotuned two-tile swap serves only up to the M
-    of its tiles, ``candidates_to_time``).
+    M that needs more token tiles than it was timed with (an autotuned two- or
+    four-tile swap serves only up to the M of its tiles, ``candidates_to_time``).
 
     What changes with M is how the tiles fill the waves. The M = 512 winners of five
     Llama-3 weights fill one wave with 128 CTAs over 4 tile rows, and leave 36 of 132
@@ -526,9 +565,9 @@ def table_winner_or_model(measured: GemmConfig, measured_m: int, m: int, n: int,
     M = 320 its picks now swap A and B, faster again, section 32). Until its
     one-wave L2 share (section 30) the model ranked one-wave tiles badly, and the
     winners of one wave were kept at every M of their bucket (section 26)."""
-    if measured.swap_ab and m > measured.tile_n * measured.cluster_n:
+    if measured.swap_ab and ceil_div(m, measured.tile_n) > ceil_div(measured_m, measured.tile_n):
         # More token tiles than it was timed with, the last of them in a half-empty
-        # cluster: a two-tile swap timed at a smaller M of the bucket.
+        # cluster: a swap of two or four tiles timed at a smaller M of the bucket.
         return ranked_sm90_configs(m, n, k, batches, sm_count, can_swap, model)[0][1]
     if m == measured_m or m <= SWAP_AB_MAX_M or measured.swap_ab:
         return measured
