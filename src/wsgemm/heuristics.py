@@ -165,7 +165,8 @@ SWAP_TWO_TILES_MIN_K_BLOCKS = 32
 # charges 8 TB/s and rates them 0.60-0.65. So they are rated this much faster; with
 # it the model picks them at 320-448 x 4096 x 4096 and 14336, where they ran 4-12 %
 # faster than the plans before (two 160-wide swapped tiles split 2, 128-row plain
-# tiles).
+# tiles). Not up to M = 256, where four 64-wide tiles ran level with the default
+# (256x4096x14336) and narrower ones are unmeasured.
 SWAP_FOUR_TILES_GAIN = 1.2
 SWAP_FOUR_TILES_MIN_M = 257
 SWAP_FOUR_TILES_MAX_M = 448
@@ -453,9 +454,10 @@ def _four_token_tiles(m, n, k, sm_count, model):
     ``SWAP_FOUR_TILES_MAX_M`` tokens; rated ``SWAP_FOUR_TILES_GAIN`` faster."""
     if not SWAP_FOUR_TILES_MIN_M <= m <= SWAP_FOUR_TILES_MAX_M or ceil_div(k, TILE_K) < ONE_WAVE_MIN_K_BLOCKS:
         return []
-    if ceil_div(n, 128) * 4 > 2 * resident_clusters(sm_count, 2):
-        return []
-    tile_n = fitted_token_tile(m, 4)
+    token_tiles = 4
+    if ceil_div(n, 128) * token_tiles > 2 * resident_clusters(sm_count, 2):
+        return []  # more than one wave of pairs
+    tile_n = fitted_token_tile(m, token_tiles)
     return [(seconds, config) for seconds, config in _candidates(n, m, k, 1, sm_count, (128,), (tile_n,), True, model,
                                                                    rate_gain=SWAP_FOUR_TILES_GAIN)
             if config.split_k == 1]
