@@ -206,7 +206,7 @@ def resident_clusters(sm_count: int, cluster_size: int) -> int:
 
 def estimate_seconds(m: int, n: int, k: int, batches: int, sm_count: int, tile_m: int, tile_n: int,
                      split_k: int = 1, model: ThroughputModel = H200, cluster_m: int = 1,
-                     cluster_n: int = 1, rate_gain: float = 1.0) -> float:
+                     cluster_n: int = 1) -> float:
     """Modelled run time of one SM90 configuration on an ``sm_count``-SM GPU.
 
     With ``split_k > 1`` only the tiles of the last partial wave are split
@@ -214,8 +214,6 @@ def estimate_seconds(m: int, n: int, k: int, batches: int, sm_count: int, tile_m
     A cluster pads the tile grid to whole clusters, and its CTAs share the operand
     tiles they have in common through multicast (one L2 read for the cluster). The
     CTAs resident at once share L2's bandwidth (``ThroughputModel.l2_bytes_per_s``).
-    ``rate_gain`` scales a tile's MMA and L2 rates where they are measured faster than
-    the model's defaults (``SWAP_FOUR_TILES_GAIN``).
     """
     cluster = cluster_m * cluster_n
     units = ceil_div(ceil_div(m, tile_m), cluster_m) * ceil_div(ceil_div(n, tile_n), cluster_n) * batches
@@ -229,7 +227,7 @@ def estimate_seconds(m: int, n: int, k: int, batches: int, sm_count: int, tile_m
     shares_l2 = m > tile_m and (_one_long_wave(work_items, slots, k_blocks)
                                 or (tile_m == 64 and n > tile_n and k_blocks >= ONE_WAVE_MIN_K_BLOCKS))
     tile_seconds = functools.partial(_tile_seconds, m, n, tile_m=tile_m, tile_n=tile_n, model=model,
-                                     cluster_m=cluster_m, cluster_n=cluster_n, rate_gain=rate_gain,
+                                     cluster_m=cluster_m, cluster_n=cluster_n,
                                      resident_ctas=min(work_items, slots) * cluster if shares_l2 else None)
     busiest_sm = (units - tail) // slots * tile_seconds(k_blocks)
     if tail:
@@ -246,14 +244,13 @@ def estimate_seconds(m: int, n: int, k: int, batches: int, sm_count: int, tile_m
 
 
 def _tile_seconds(m: int, n: int, k_blocks: int, tile_m: int, tile_n: int, model: ThroughputModel,
-                  cluster_m: int = 1, cluster_n: int = 1, resident_ctas: int | None = None,
-                  rate_gain: float = 1.0) -> float:
+                  cluster_m: int = 1, cluster_n: int = 1, resident_ctas: int | None = None) -> float:
     """One work item of ``k_blocks`` k-blocks: bound by its MMAs or its operand loads.
-    ``resident_ctas``: in one wave of a long k-loop, the CTAs that share L2's
-    bandwidth with this one (``ONE_WAVE_MIN_K_BLOCKS``); ``None``: it reads at its
-    port's rate."""
+    ``resident_ctas``: in one wave of a long k-loop (or any wave of 64-row tiles), the
+    CTAs that share L2's bandwidth with this one (``ONE_WAVE_MIN_K_BLOCKS``); ``None``:
+    it reads at its port's rate."""
     k_elems = k_blocks * TILE_K
-    efficiency = mma_efficiency(tile_m, tile_n) * rate_gain
+    efficiency = mma_efficiency(tile_m, tile_n)
     if resident_ctas is not None and tile_m == 64 and tile_n >= 64 and k_blocks >= ONE_WAVE_MIN_K_BLOCKS:
         efficiency *= ONE_WAVE_64_ROW_GAIN
     mma = 2 * tile_m * tile_n * k_elems / (model.mma_flops_per_sm * efficiency)
@@ -265,7 +262,7 @@ def _tile_seconds(m: int, n: int, k_blocks: int, tile_m: int, tile_n: int, model
     # streams from HBM; one that other tiles share is mostly an L2 hit.
     l2_rate = model.sm_l2_bytes_per_s
     if resident_ctas is not None:
-        l2_rate = min(l2_rate, model.l2_bytes_per_s * rate_gain / resident_ctas)
+        l2_rate = min(l2_rate, model.l2_bytes_per_s / resident_ctas)
     a_rate = model.sm_hbm_bytes_per_s if ceil_div(n, tile_n) == 1 else l2_rate
     b_rate = model.sm_hbm_bytes_per_s if ceil_div(m, tile_m) == 1 else l2_rate
     a_rate, b_rate = (min(rate, in_flight / model.load_latency_s) for rate in (a_rate, b_rate))
@@ -451,16 +448,18 @@ def _four_token_tiles(m, n, k, sm_count, model):
     """Swapped candidates whose four token tiles (fitted to ``m``, paired in 1x2
     clusters) and 128-row weight tiles make one wave of unsplit k-loops of at least
     ``ONE_WAVE_MIN_K_BLOCKS``, from ``SWAP_FOUR_TILES_MIN_M`` to
-    ``SWAP_FOUR_TILES_MAX_M`` tokens; rated ``SWAP_FOUR_TILES_GAIN`` faster."""
+    ``SWAP_FOUR_TILES_MAX_M`` tokens; their MMA and L2 rates taken ``SWAP_FOUR_TILES_GAIN``
+    times ``model``'s."""
     if not SWAP_FOUR_TILES_MIN_M <= m <= SWAP_FOUR_TILES_MAX_M or ceil_div(k, TILE_K) < ONE_WAVE_MIN_K_BLOCKS:
         return []
-    token_tiles = 4
-    if ceil_div(n, 128) * token_tiles > 2 * resident_clusters(sm_count, 2):
+    token_tiles, weight_tile = 4, 128
+    if ceil_div(n, weight_tile) * token_tiles > 2 * resident_clusters(sm_count, 2):
         return []  # more than one wave of pairs
+    measured = dataclasses.replace(model, mma_flops_per_sm=model.mma_flops_per_sm * SWAP_FOUR_TILES_GAIN,
+                                   l2_bytes_per_s=model.l2_bytes_per_s * SWAP_FOUR_TILES_GAIN)
     tile_n = fitted_token_tile(m, token_tiles)
-    return [(seconds, config) for seconds, config in _candidates(n, m, k, 1, sm_count, (128,), (tile_n,), True, model,
-                                                                   rate_gain=SWAP_FOUR_TILES_GAIN)
-            if config.split_k == 1]
+    return [(seconds, config) for seconds, config in _candidates(n, m, k, 1, sm_count, (weight_tile,), (tile_n,),
+                                                                   True, measured) if config.split_k == 1]
 
 
 def fitted_token_tile(m: int, tiles: int) -> int:
@@ -478,8 +477,7 @@ def _break_ties(ranked):
     return close + [item for item in ranked if item[0] > best * 1.02]
 
 
-def _candidates(m, n, k, batches, sm_count, tile_ms, tile_ns, swap_ab, model, min_item_k_blocks=1,
-                rate_gain=1.0):
+def _candidates(m, n, k, batches, sm_count, tile_ms, tile_ns, swap_ab, model, min_item_k_blocks=1):
     """(modelled seconds, config) of each tile, cluster and split for the kernel's own M, N,
     whose work items (whole or split k-loops) have at least ``min_item_k_blocks`` k-blocks."""
     k_blocks = ceil_div(k, TILE_K)
@@ -504,7 +502,7 @@ def _candidates(m, n, k, batches, sm_count, tile_ms, tile_ns, swap_ab, model, mi
                     if ceil_div(k_blocks, split) < min_item_k_blocks:
                         continue
                     seconds = estimate_seconds(m, n, k, batches, sm_count, tile_m, tile_n, split, model,
-                                               cluster_m, cluster_n, rate_gain)
+                                               cluster_m, cluster_n)
                     yield seconds, GemmConfig(tile_m=tile_m, tile_n=tile_n, tile_k=TILE_K, cluster_m=cluster_m,
                                               cluster_n=cluster_n, raster=Raster.ALONG_M, swizzle=1,
                                               split_k=split, swap_ab=swap_ab)
