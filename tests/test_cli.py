@@ -40,3 +40,14 @@ def test_inspect_reports_a_pingpong_kernel_and_rejects_a_tile_it_cannot_hold(tmp
     assert "128 for accumulators" in report
     assert main(["inspect", "--arch", "sm_90a", "--tile", "128x256x64", "--pingpong", "--out", str(tmp_path)]) == 2
     assert "or pingpong=False" in capsys.readouterr().err
+
+
+def test_loop_excerpts_pad_only_the_annotated_lines():
+    from wsgemm.inspection import LoopExcerpt, format_excerpt
+
+    excerpt = LoopExcerpt(lines=["  add.s32 %r1, %r2, 1;   ", "a.longer.instruction %r3;", "bra LOOP;"],
+                          events=[(0, "probe: try_wait"), (2, "back-edge")])
+    lines = format_excerpt(excerpt).splitlines()
+    assert lines[1] == "a.longer.instruction %r3;"  # unannotated: no trailing blanks
+    assert lines[0].index("<--") == lines[2].index("<--") == len("a.longer.instruction %r3;") + 2
+    assert lines[0].startswith("add.s32 %r1, %r2, 1;") and lines[0].endswith("<-- probe: try_wait")

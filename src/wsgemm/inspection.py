@@ -331,8 +331,8 @@ def producer_loop_sass(sass: str) -> LoopExcerpt | None:
 
 def format_excerpt(excerpt: LoopExcerpt, width: int = 110) -> str:
     notes = dict(excerpt.events)
-    out = []
-    for i, line in enumerate(excerpt.lines):
-        text = line.strip()[:width]
-        out.append(f"{text:<{width}}" + (f"  <-- {notes[i]}" if i in notes else ""))
-    return "\n".join(out)
+    texts = [line.strip()[:width] for line in excerpt.lines]
+    # Pad only the annotated lines, and only to the longest line: trailing blanks on every
+    # line tripled the size of docs/evidence/lookahead-codegen.md.
+    column = max(map(len, texts), default=0)
+    return "\n".join(f"{text:<{column}}  <-- {notes[i]}" if i in notes else text for i, text in enumerate(texts))
