@@ -67,6 +67,10 @@ def test_dtypes_and_majors_compile(ab, out, majors):
         GemmConfig(tile_m=64, tile_n=64, cluster_n=4, stages=13),
         GemmConfig(tile_m=128, tile_n=112, cluster_n=2),  # a fitted token tile: 16-wide epilogue steps
         GemmConfig(tile_m=64, tile_n=80, split_k=2),
+        # 256 rows: two warpgroups of 128 rows, two wgmmas each per k-step.
+        GemmConfig(tile_m=256, tile_n=192),
+        GemmConfig(tile_m=256, tile_n=144, cluster_n=2, split_k=2),
+        GemmConfig(tile_m=256, tile_n=128, cluster_m=2, stream_k=True),
     ],
     ids=lambda c: c.short(),
 )

@@ -46,7 +46,7 @@ def test_bad_enum_value_names_the_choices():
 @pytest.mark.parametrize(
     "config, message",
     [
-        (GemmConfig(tile_m=96), r"tile_m=96 is not supported; choose one of \[64, 128\]"),
+        (GemmConfig(tile_m=96), r"tile_m=96 is not supported; choose one of \[64, 128, 256\]"),
         (GemmConfig(tile_n=100), r"tile_n=100 is not supported"),
         (GemmConfig(tile_k=32), r"tile_k=32 is not supported"),
         (GemmConfig(cluster_m=3), r"cluster_m=3 is not supported"),
@@ -69,6 +69,23 @@ def test_invalid_configs_raise_config_error(config, message):
 def test_too_many_stages_names_the_budget():
     with pytest.raises(ConfigError, match=r"5 stages need 263168 B of shared memory but a CTA can have at most 232448 B on sm90; at most 4 stages fit"):
         spec(GemmConfig(stages=5))
+
+
+def test_256_row_tiles_stack_two_wgmmas_in_each_of_two_warpgroups():
+    # Four warpgroups of 64 rows would lower ptxas's one register count for the kernel
+    # to 65536 / 640 threads: 96, below what one m64n144 wgmma needs.
+    config = GemmConfig(tile_m=256, tile_n=192)
+    assert (cfg.consumer_warpgroups(config), cfg.tile_warpgroups(config)) == (2, 2)
+    regs = cfg.sm90_register_budget(config)
+    assert (regs.consumer_registers, regs.accumulator_registers) == (232, 192)
+    assert cfg.epilogue_tile(spec(config)) == (128, 32)
+    with pytest.raises(ConfigError, match=r"tile 256x208 needs 208 accumulator registers .* at most 192 fit"):
+        spec(GemmConfig(tile_m=256, tile_n=208))
+    with pytest.raises(ConfigError, match=r"tile_m=192 is not supported; choose one of \[64, 128, 256\]"):
+        spec(GemmConfig(tile_m=192, tile_n=128))
+    with pytest.raises(ConfigError, match=r"pingpong=True with tile_m=256: a ping-pong warpgroup holds a whole "
+                                          r"tile, at most 128 rows"):
+        spec(GemmConfig(tile_m=256, tile_n=64, pingpong=True))
 
 
 def test_register_budget_is_checked():

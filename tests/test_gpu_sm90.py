@@ -228,6 +228,10 @@ CONFIGS = [
     GemmConfig(tile_m=64, tile_n=96, cluster_m=4),
     GemmConfig(tile_m=128, tile_n=128, cluster_n=4),
     GemmConfig(tile_m=64, tile_n=64, cluster_m=2, cluster_n=2, stages=13),
+    # 256-row tiles: each consumer warpgroup stacks two wgmmas of 64 rows.
+    GemmConfig(tile_m=256, tile_n=192),
+    GemmConfig(tile_m=256, tile_n=128, cluster_m=2, stream_k=True),
+    GemmConfig(tile_m=256, tile_n=144, cluster_n=2, split_k=2),
 ]
 
 
@@ -250,6 +254,7 @@ PADDED = [
     (GemmConfig(tile_m=128, tile_n=128, cluster_m=2, pingpong=True), (640, 256, 1024)),
     (GemmConfig(tile_m=128, tile_n=128, cluster_m=2, split_k=2), (384, 512, 2048)),
     (GemmConfig(tile_m=128, tile_n=256, cluster_m=2, stream_k=True), (1152, 4096, 1024)),
+    (GemmConfig(tile_m=256, tile_n=128, cluster_m=2), (384, 512, 1024)),  # the second warpgroup's rows: none
 ]
 
 
@@ -304,6 +309,8 @@ MOVED_EDGES = [
     # rows as its neighbour does (and so do the in-place operands: one wave too).
     (GemmConfig(tile_m=128, tile_n=128, split_k=2), (1, 320, 2560, 1024), False, False, torch.bfloat16),
     (GemmConfig(tile_m=128, tile_n=192, cluster_m=2, split_k=3), (1, 200, 4096, 1536), False, False, torch.bfloat16),
+    (GemmConfig(tile_m=256, tile_n=144, swap_ab=True), (1, 136, 3000, 1024), False, False, torch.bfloat16),
+    (GemmConfig(tile_m=256, tile_n=96), (1, 1003, 1000, 256), True, True, torch.float32),
 ]
 
 

@@ -243,8 +243,15 @@ def cta_pair(config: GemmConfig) -> int:
 
 def consumer_warpgroups(config: GemmConfig) -> int:
     """SM90: warpgroups that issue wgmma: two with ping-pong consumers, else one per
-    64 rows of the tile (wgmma's M)."""
-    return 2 if config.pingpong else max(1, config.tile_m // 64)
+    64 rows of the tile (wgmma's M), at most two.
+
+    A 256-row tile gives each of its two warpgroups 128 rows (two wgmmas stacked, as a
+    ping-pong warpgroup does), not four warpgroups 64 each: ptxas compiles the kernel
+    under one register count, 65536 / threads (168 with three warpgroups, 96 with
+    five), and a single wgmma's accumulators must fit it. Five warpgroups would cap
+    256-row tiles at 128 columns (m64n144 needs more than 96 registers); two take up
+    to 192."""
+    return 2 if config.pingpong else min(2, max(1, config.tile_m // 64))
 
 
 def tile_warpgroups(config: GemmConfig) -> int:
@@ -313,7 +320,9 @@ def sm90_register_budget(config: GemmConfig) -> RegisterBudget:
 # Validation
 # --------------------------------------------------------------------------------------
 
-SM90_TILE_M = (64, 128)
+# 64 rows: one consumer warpgroup; 128 and 256: two (see consumer_warpgroups).
+SM90_TILE_M = (64, 128, 256)
+SM90_PINGPONG_MAX_TILE_M = 128  # a ping-pong warpgroup's whole tile: two wgmmas stacked
 # wgmma takes any N that is a multiple of 8 up to 256; a warp's stmatrix.x4 writes
 # 16x16, the epilogue's narrowest step, so tiles are multiples of 16 (``epilogue_tile``).
 SM90_TILE_N_STEP = 16
@@ -466,6 +475,9 @@ def _check_sm90(config: GemmConfig) -> None:
     _check_common(config)
     if config.two_cta:
         raise ConfigError("two_cta is a Blackwell (sm100) feature; Hopper has no cta_group::2 MMA")
+    if config.pingpong and config.tile_m > SM90_PINGPONG_MAX_TILE_M:
+        raise ConfigError(f"pingpong=True with tile_m={config.tile_m}: a ping-pong warpgroup holds a whole tile, "
+                          f"at most {SM90_PINGPONG_MAX_TILE_M} rows; pass pingpong=False or a smaller tile_m")
     regs = sm90_register_budget(config)
     if regs.accumulator_registers + SM90_CONSUMER_REGISTER_OVERHEAD > regs.consumer_registers:
         raise ConfigError(

@@ -18,7 +18,8 @@ import dataclasses
 import functools
 from dataclasses import dataclass
 
-from .config import DEFAULT_MAX_STAGES, SM90_TILE_N, SM90_TILE_N_STEP, GemmConfig, KernelSpec, Raster, smem_budget
+from .config import (DEFAULT_MAX_STAGES, SM90_PINGPONG_MAX_TILE_M, SM90_TILE_N, SM90_TILE_N_STEP, GemmConfig,
+                     KernelSpec, Raster, smem_budget)
 from .kernels.common import stream_k
 from .kernels.common.scheduler import TileGrid, ceil_div
 
@@ -809,7 +810,7 @@ def pingpong_variant(config: GemmConfig, m: int, n: int, k: int, batches: int,
     """``config`` with ping-pong consumers (``GemmConfig.pingpong``) for the kernel's
     (``m``, ``n``, ``k``, ``batches``) problem, its cluster and raster kept; ``None``
     for a configuration whose tiles are split or streamed (pieces meet in a
-    workspace, which ping-pong consumers do not run).
+    workspace, which ping-pong consumers do not run) or 256 rows tall.
 
     A warpgroup holds a whole tile's accumulators, so 128-row tiles are 192 or 128
     wide: 128 for k-loops of at most ``PINGPONG_NARROW_MAX_K_BLOCKS``, else whichever
@@ -818,7 +819,7 @@ def pingpong_variant(config: GemmConfig, m: int, n: int, k: int, batches: int,
     ring as deep as then fits; :func:`with_spare_epilogue_buffers` then adds the
     buffers that cost no stage.
     """
-    if config.has_workspace:
+    if config.has_workspace or config.tile_m > SM90_PINGPONG_MAX_TILE_M:
         return None
     base = dataclasses.replace(config, pingpong=True, stages=None, epi_stages=2)
     if config.tile_m != 128:

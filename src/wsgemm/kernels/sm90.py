@@ -8,12 +8,13 @@ Warp roles of a CTA (``1 + consumer_warpgroups`` warpgroups of 128 threads):
   before issuing the current copies (``Lookahead.BEFORE_COPY``, CUTLASS's order).
   The warpgroup gives registers back to the consumers with ``setmaxnreg``.
 * **consumer** (warpgroups 1..): wait for a slot's bytes, issue wgmma on it
-  (fp32 accumulators in registers, 64 rows per warpgroup), release the slot once the
+  (fp32 accumulators in registers, 64 rows per warpgroup and wgmma; 128 with
+  two wgmmas stacked in a 256-row tile), release the slot once the
   wgmma that read it retired, and after the last k-block run the **epilogue**:
   convert, store to shared memory (stmatrix), TMA-store to D.
 
   By default the consumer warpgroups are *cooperative*: each tile is theirs together,
-  64 rows each, and the tensor cores idle while they run its epilogue. With
+  half of its rows each, and the tensor cores idle while they run its epilogue. With
   ``config.pingpong`` each of the two owns whole tiles, every other work item of the
   CTA: one warpgroup's epilogue overlaps the other's mainloop. Their mainloops take
   turns through two named barriers, and not only for the tensor cores: both read
@@ -142,7 +143,7 @@ class Sm90Gemm(GemmKernelBase):
             self.a_layout.sm90_mma_major_mode(),
             self.b_layout.sm90_mma_major_mode(),
             self.acc_dtype,
-            (self.tile_wgs, 1, 1),  # 64 rows per warpgroup of a tile, repeated down a ping-pong tile
+            (self.tile_wgs, 1, 1),  # 64 rows per warpgroup, repeated down a ping-pong or 256-row tile
             tiler_mn=(64, self.tile_mnk[1]),
         )
         a_smem = sm90_helpers.make_smem_layout_a(
