@@ -737,10 +737,10 @@ def _without_half_empty_clusters(config: GemmConfig, m: int) -> GemmConfig:
     in each cluster of the last tile row with no rows of its own: an odd number of
     tile rows, at most ``PADDED_CLUSTER_MAX_ROWS``. That CTA takes its half of the shared B tile
     and its partner runs in step with it. On an H200 (benchmarks/NOTES.md section
-    25, ``results/model_half_empty_clusters_ab.json``), over 3 tile rows (M = 192
+    25, ``results/model_half_empty_clusters_ab.json.gz``), over 3 tile rows (M = 192
     and 320-384, N = 1024-28672) 2x1 clusters ran 5-40 % slower than none in 8 of 9
     shapes and within 2 % in the ninth; over 7 rows (896 x 4096 x 4096, 128x256
-    tiles) as fast (``results/sweep_odd_tile_rows.json``). Most of that loss was the
+    tiles) as fast (``results/sweep_odd_tile_rows.json.gz``). Most of that loss was the
     all-padding A box the CTA loaded, which the producer now skips (section 26): 2-4 %
     slower than none remain over 3 rows (``results/padded_tiles_ab.json.gz``), and
     with it only for 128-row tiles (``results/half_empty_rule_after_skip_ab.json.gz``:
