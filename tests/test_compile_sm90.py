@@ -71,6 +71,9 @@ def test_dtypes_and_majors_compile(ab, out, majors):
         GemmConfig(tile_m=256, tile_n=192),
         GemmConfig(tile_m=256, tile_n=144, cluster_n=2, split_k=2),
         GemmConfig(tile_m=256, tile_n=128, cluster_m=2, stream_k=True),
+        # 192 rows: three warpgroups of 64, the widest wgmma ptxas fits under 128 registers.
+        GemmConfig(tile_m=192, tile_n=192),
+        GemmConfig(tile_m=192, tile_n=176, cluster_m=2, swap_ab=True),
     ],
     ids=lambda c: c.short(),
 )

@@ -46,7 +46,7 @@ def test_bad_enum_value_names_the_choices():
 @pytest.mark.parametrize(
     "config, message",
     [
-        (GemmConfig(tile_m=96), r"tile_m=96 is not supported; choose one of \[64, 128, 256\]"),
+        (GemmConfig(tile_m=96), r"tile_m=96 is not supported; choose one of \[64, 128, 192, 256\]"),
         (GemmConfig(tile_n=100), r"tile_n=100 is not supported"),
         (GemmConfig(tile_k=32), r"tile_k=32 is not supported"),
         (GemmConfig(cluster_m=3), r"cluster_m=3 is not supported"),
@@ -81,8 +81,12 @@ def test_256_row_tiles_stack_two_wgmmas_in_each_of_two_warpgroups():
     assert cfg.epilogue_tile(spec(config)) == (128, 32)
     with pytest.raises(ConfigError, match=r"tile 256x208 needs 208 accumulator registers .* at most 192 fit"):
         spec(GemmConfig(tile_m=256, tile_n=208))
-    with pytest.raises(ConfigError, match=r"tile_m=192 is not supported; choose one of \[64, 128, 256\]"):
-        spec(GemmConfig(tile_m=192, tile_n=128))
+    # 192 rows: three warpgroups of 64 under ptxas's 128 registers (65536 / 512 threads).
+    tall = GemmConfig(tile_m=192, tile_n=192)
+    assert (cfg.consumer_warpgroups(tall), cfg.sm90_register_budget(tall).launch_registers) == (3, 128)
+    with pytest.raises(ConfigError, match=r"tile 192x208: one m64n208 wgmma holds 104 accumulator registers per "
+                                          r"thread; with 4 warpgroups ptxas compiles the kernel under 128 registers"):
+        spec(GemmConfig(tile_m=192, tile_n=208))
     with pytest.raises(ConfigError, match=r"pingpong=True with tile_m=256: a ping-pong warpgroup holds a whole "
                                           r"tile, at most 128 rows"):
         spec(GemmConfig(tile_m=256, tile_n=64, pingpong=True))

@@ -232,6 +232,9 @@ CONFIGS = [
     GemmConfig(tile_m=256, tile_n=192),
     GemmConfig(tile_m=256, tile_n=128, cluster_m=2, stream_k=True),
     GemmConfig(tile_m=256, tile_n=144, cluster_n=2, split_k=2),
+    # 192-row tiles: three consumer warpgroups of 64 rows.
+    GemmConfig(tile_m=192, tile_n=192, cluster_m=2),
+    GemmConfig(tile_m=192, tile_n=176, split_k=2),
 ]
 
 
@@ -255,6 +258,7 @@ PADDED = [
     (GemmConfig(tile_m=128, tile_n=128, cluster_m=2, split_k=2), (384, 512, 2048)),
     (GemmConfig(tile_m=128, tile_n=256, cluster_m=2, stream_k=True), (1152, 4096, 1024)),
     (GemmConfig(tile_m=256, tile_n=128, cluster_m=2), (384, 512, 1024)),  # the second warpgroup's rows: none
+    (GemmConfig(tile_m=192, tile_n=128, cluster_m=2), (400, 512, 1024)),  # 3 tile rows of 4, the third 16 rows
 ]
 
 
@@ -311,6 +315,7 @@ MOVED_EDGES = [
     (GemmConfig(tile_m=128, tile_n=192, cluster_m=2, split_k=3), (1, 200, 4096, 1536), False, False, torch.bfloat16),
     (GemmConfig(tile_m=256, tile_n=144, swap_ab=True), (1, 136, 3000, 1024), False, False, torch.bfloat16),
     (GemmConfig(tile_m=256, tile_n=96), (1, 1003, 1000, 256), True, True, torch.float32),
+    (GemmConfig(tile_m=192, tile_n=176, cluster_m=2, swap_ab=True), (1, 176, 2200, 1024), False, False, torch.bfloat16),
 ]
 
 

@@ -162,6 +162,11 @@ SM90_PRODUCER_REGISTERS = 40  # enough for TMA issue and the scheduler arithmeti
 # the same tile under the same split (quack/gemm_sm90.py: 40 / 232 registers below
 # 208 accumulators).
 SM90_CONSUMER_REGISTER_OVERHEAD = 40
+# Registers one wgmma needs beside its accumulators (descriptors, predicates, what is
+# live across it) under ptxas's kernel-wide count (``RegisterBudget.launch_registers``):
+# with three consumer warpgroups (128 registers) ptxas fit m64n192 (96 accumulators)
+# and asked 138 for m64n208 (104).
+SM90_WGMMA_LIVE_REGISTERS = 32
 
 
 @dataclass(frozen=True)
@@ -187,6 +192,11 @@ class RegisterBudget:
     producer_registers: int
     consumer_registers: int
     accumulator_registers: int  # fp32 accumulator registers per consumer thread
+    # What ptxas compiles the whole kernel under, whatever setmaxnreg raises the
+    # consumers to later: the register file over the CTA's threads (one CTA per SM).
+    # No single instruction may need more; a wgmma's accumulators are one instruction's.
+    launch_registers: int = 0
+    wgmma_accumulator_registers: int = 0  # one m64nNk16 wgmma's, per thread: N / 2
 
 
 @dataclass(frozen=True)
@@ -243,15 +253,18 @@ def cta_pair(config: GemmConfig) -> int:
 
 def consumer_warpgroups(config: GemmConfig) -> int:
     """SM90: warpgroups that issue wgmma: two with ping-pong consumers, else one per
-    64 rows of the tile (wgmma's M), at most two.
+    64 rows of the tile (wgmma's M) up to 192 rows, and two for 256.
 
     A 256-row tile gives each of its two warpgroups 128 rows (two wgmmas stacked, as a
     ping-pong warpgroup does), not four warpgroups 64 each: ptxas compiles the kernel
-    under one register count, 65536 / threads (168 with three warpgroups, 96 with
-    five), and a single wgmma's accumulators must fit it. Five warpgroups would cap
-    256-row tiles at 128 columns (m64n144 needs more than 96 registers); two take up
-    to 192."""
-    return 2 if config.pingpong else min(2, max(1, config.tile_m // 64))
+    under one register count, 65536 / threads (168 with three warpgroups in all, 128
+    with four, 96 with five), and a single wgmma's accumulators must fit it
+    (``RegisterBudget.launch_registers``). Five warpgroups would cap 256-row tiles at
+    128 columns; two take up to 192. A 192-row tile has three of 64 rows, up to 192
+    columns (m64n192 under 128 registers)."""
+    if config.pingpong:
+        return 2
+    return 2 if config.tile_m == 256 else max(1, config.tile_m // 64)
 
 
 def tile_warpgroups(config: GemmConfig) -> int:
@@ -313,15 +326,18 @@ def sm90_register_budget(config: GemmConfig) -> RegisterBudget:
     consumer = (per_wg_thread_pool - SM90_PRODUCER_REGISTERS) // wgs
     consumer = min(facts.max_registers_per_thread, consumer - consumer % 8)
     acc = config.tile_m * config.tile_n // (tile_warpgroups(config) * hardware.THREADS_PER_WARPGROUP)
-    return RegisterBudget(SM90_PRODUCER_REGISTERS, consumer, acc)
+    threads = (1 + wgs) * hardware.THREADS_PER_WARPGROUP
+    launch = min(facts.max_registers_per_thread, facts.registers_per_sm // threads // 8 * 8)
+    one_wgmma = 64 * config.tile_n // hardware.THREADS_PER_WARPGROUP
+    return RegisterBudget(SM90_PRODUCER_REGISTERS, consumer, acc, launch, one_wgmma)
 
 
 # --------------------------------------------------------------------------------------
 # Validation
 # --------------------------------------------------------------------------------------
 
-# 64 rows: one consumer warpgroup; 128 and 256: two (see consumer_warpgroups).
-SM90_TILE_M = (64, 128, 256)
+# 64, 128 and 192 rows: a consumer warpgroup per 64; 256: two (see consumer_warpgroups).
+SM90_TILE_M = (64, 128, 192, 256)
 SM90_PINGPONG_MAX_TILE_M = 128  # a ping-pong warpgroup's whole tile: two wgmmas stacked
 # wgmma takes any N that is a multiple of 8 up to 256; a warp's stmatrix.x4 writes
 # 16x16, the epilogue's narrowest step, so tiles are multiples of 16 (``epilogue_tile``).
@@ -485,6 +501,14 @@ def _check_sm90(config: GemmConfig) -> None:
             f"registers per consumer thread; with {regs.consumer_registers} registers per consumer "
             f"thread at most {regs.consumer_registers - SM90_CONSUMER_REGISTER_OVERHEAD} fit; "
             "use a smaller tile_n" + (" or tile_m, or pingpong=False" if config.pingpong else "")
+        )
+    if regs.wgmma_accumulator_registers + SM90_WGMMA_LIVE_REGISTERS > regs.launch_registers:
+        raise ConfigError(
+            f"tile {config.tile_m}x{config.tile_n}: one m64n{config.tile_n} wgmma holds "
+            f"{regs.wgmma_accumulator_registers} accumulator registers per thread; with "
+            f"{1 + consumer_warpgroups(config)} warpgroups ptxas compiles the kernel under "
+            f"{regs.launch_registers} registers, of which at most "
+            f"{regs.launch_registers - SM90_WGMMA_LIVE_REGISTERS} can be one wgmma's; use a smaller tile_n"
         )
     if config.pingpong and config.has_workspace:
         # A piece of a tile would end in a partial-sum exchange through the workspace,
