@@ -222,18 +222,20 @@ def test_the_default_path_swaps_four_token_tiles_on_a_4096_row_weight(m, tile_n)
     check(out, x, w.t(), torch.float32)
 
 
-@pytest.mark.parametrize("m, tile_n", [(136, 144), (192, 192)])
-def test_the_default_path_puts_one_token_tile_beside_256_row_weight_tiles(m, tile_n):
-    """From 129 to 192 tokens, on a weight of 28672 rows, 112 weight tiles of 256 rows
-    beside one token tile (past the edge at M = 136) make one wave, in 2x1 clusters
-    that share it (heuristics.SWAP_256_ROWS_MAX_M)."""
-    x, w = rand(m, 4096), rand(28672, 4096)
+@pytest.mark.parametrize("m, n, tile_m, tile_n", [(136, 28672, 256, 144), (192, 28672, 256, 192),
+                                                  (176, 22016, 192, 176)])
+def test_the_default_path_puts_one_token_tile_beside_tall_weight_tiles(m, n, tile_m, tile_n):
+    """From 129 to 192 tokens, on a weight of 28672 rows 112 weight tiles of 256 rows,
+    on one of 22016 rows 115 of 192 (the last past the edge), beside one token tile
+    (past the edge at M = 136) make one wave, in 2x1 clusters that share it
+    (heuristics.SWAP_TALL_TILES_MAX_M)."""
+    x, w = rand(m, 4096), rand(n, 4096)
     plan = wsgemm.api.make_plan(x, w.t(), None, None, None)
     config = plan.spec.config
-    assert plan.mode == "swap" and (config.tile_m, config.tile_n, config.cluster_m) == (256, tile_n, 2), plan
+    assert plan.mode == "swap" and (config.tile_m, config.tile_n, config.cluster_m) == (tile_m, tile_n, 2), plan
     assert config.split_k == 1
     check(run(x, w.t()), x, w.t())
-    out = torch.full((m, 28672), float("nan"), device="cuda", dtype=torch.float32)
+    out = torch.full((m, n), float("nan"), device="cuda", dtype=torch.float32)
     wsgemm.gemm(x, w.t(), out=out)
     check(out, x, w.t(), torch.float32)
 

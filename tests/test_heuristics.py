@@ -8,7 +8,7 @@ from wsgemm.heuristics import (
     H200,
     ONE_WAVE_MIN_K_BLOCKS,
     SPARE_EPILOGUE_BUFFERS,
-    SWAP_256_ROWS_MAX_M,
+    SWAP_TALL_TILES_MAX_M,
     SWAP_FOUR_TILES_MAX_M,
     SWAP_TWO_TILES_MAX_M,
     SWAP_TWO_TILES_MIN_K_BLOCKS,
@@ -430,25 +430,27 @@ def test_64_row_tiles_over_several_waves_of_a_long_k_loop_share_l2():
     assert decode.swap_ab and (decode.tile_m, decode.tile_n) == (64, 16)
 
 
-@pytest.mark.parametrize("m, n, k, width", [(136, 28672, 4096, 144), (192, 28672, 4096, 192),
-                                            (160, 32768, 8192, 160)])
-def test_one_token_tile_beside_256_row_weight_tiles_in_one_wave(m, n, k, width):
-    """cuBLAS's 256x136 at 136x28672x4096: 112 weight tiles of 256 rows make one wave
-    beside one token tile (NOTES section 39). Not where they would make more than a
-    wave (57344 rows: 224 tiles), where they would be split (6144 rows: 24 tiles), past
-    SWAP_256_ROWS_MAX_M (a wider token tile's accumulators do not fit), for k-loops
-    shorter than ONE_WAVE_MIN_K_BLOCKS, or where the operands cannot swap."""
+@pytest.mark.parametrize("m, n, k, rows, width", [(136, 28672, 4096, 256, 144), (192, 28672, 4096, 256, 192),
+                                                   (160, 32768, 8192, 256, 160), (176, 22016, 8192, 192, 176),
+                                                   (136, 24576, 4096, 192, 144)])
+def test_one_token_tile_beside_tall_weight_tiles_in_one_wave(m, n, k, rows, width):
+    """cuBLAS's 256x136 at 136x28672x4096 and 192x176 at 176x22016x8192: 112 weight
+    tiles of 256 rows, or 115 of 192, make one wave beside one token tile (NOTES
+    section 39). Not where they would make more than a wave (57344 rows: 224 and 299
+    tiles), where they would be split (6144 rows), past SWAP_TALL_TILES_MAX_M (a wider
+    token tile's accumulators do not fit), for k-loops shorter than
+    ONE_WAVE_MIN_K_BLOCKS, or where the operands cannot swap."""
     chosen = choose_config("sm90", m, n, k, 1, H200_SMS, can_swap=True)
-    assert chosen.swap_ab and (chosen.tile_m, chosen.tile_n, chosen.cluster_m, chosen.split_k) == (256, width, 2, 1)
-    assert choose_config("sm90", m, n, k, 1, H200_SMS, can_swap=False).tile_m < 256
+    assert chosen.swap_ab and (chosen.tile_m, chosen.tile_n, chosen.cluster_m, chosen.split_k) == (rows, width, 2, 1)
+    assert choose_config("sm90", m, n, k, 1, H200_SMS, can_swap=False).tile_m < 192
 
-    def offers_256_rows(m, n, k):
-        return any(c.tile_m == 256 for _, c in _swapped_candidates(m, n, k, H200_SMS, H200))
+    def offers_tall_tiles(m, n, k):
+        return any(c.tile_m > 128 for _, c in _swapped_candidates(m, n, k, H200_SMS, H200))
 
-    assert offers_256_rows(m, n, k)
-    assert not offers_256_rows(m, 57344, k) and not offers_256_rows(SWAP_256_ROWS_MAX_M + 1, n, k)
-    assert not offers_256_rows(m, n, (ONE_WAVE_MIN_K_BLOCKS - 1) * 64)
-    assert all(c.split_k == 1 for _, c in _swapped_candidates(m, 6144, k, H200_SMS, H200) if c.tile_m == 256)
+    assert offers_tall_tiles(m, n, k)
+    assert not offers_tall_tiles(m, 57344, k) and not offers_tall_tiles(SWAP_TALL_TILES_MAX_M + 1, n, k)
+    assert not offers_tall_tiles(m, n, (ONE_WAVE_MIN_K_BLOCKS - 1) * 64)
+    assert all(c.split_k == 1 for _, c in _swapped_candidates(m, 6144, k, H200_SMS, H200) if c.tile_m > 128)
     cfg.make_spec("sm90", "bf16", "bf16", "k", "k", "n", chosen)  # its accumulators fit
 
 

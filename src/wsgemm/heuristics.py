@@ -91,6 +91,9 @@ MMA_EFFICIENCY = {
     # shared-memory and L2 traffic per FLOP, though only 3 stages fit). Narrower:
     # the 128-row rates, unmeasured.
     (256, 192): 0.81, (256, 128): 0.79, (256, 64): 0.55, (256, 32): 0.40, (256, 16): 0.30,
+    # 192 rows: three warpgroups of 64 rows, rated as the two of a 128-row tile.
+    (192, 192): 0.78, (192, 160): 0.76, (192, 128): 0.72, (192, 96): 0.65, (192, 64): 0.55, (192, 32): 0.40,
+    (192, 16): 0.30,
 }
 
 
@@ -177,19 +180,25 @@ SWAP_TWO_TILES_MIN_K_BLOCKS = 32
 SWAP_FOUR_TILES_GAIN = 1.2
 SWAP_FOUR_TILES_MIN_M = 257
 SWAP_FOUR_TILES_MAX_M = 448
-# One token tile on 256-row weight tiles, where those make at most one wave of unsplit
-# k-loops of at least ONE_WAVE_MIN_K_BLOCKS: at 136x28672x4096 cuBLAS runs 256x136
-# tiles (112 CTAs, one wave). 256-row tiles hold at most 192 tokens (192 accumulators
-# per consumer thread, ``config.consumer_warpgroups``). Measured (benchmarks/NOTES.md
+# One token tile on tall weight tiles (192 or 256 rows), where those make at most one
+# wave of unsplit k-loops of at least ONE_WAVE_MIN_K_BLOCKS: at 136x28672x4096 cuBLAS
+# runs 256x136 tiles (112 CTAs, one wave), at 176x22016x8192 192x176 (115). Both hold
+# at most 192 tokens (``config.consumer_warpgroups``). Measured (benchmarks/NOTES.md
 # section 39, ``results/sweep_swap_256_rows.json.gz``): 256x144 in 2x1 clusters ran
 # 70.2 us at 136x28672x4096 against 76.5 for the plan before (two 80-wide token tiles
 # split 2) and 68.0 for cuBLAS; 256x192 78.3 us at 192x28672x4096 against 88.9 (128x224
 # plain tiles) and 80.9. The model charges them 1.15-1.2x too much (its weight stream
 # at ~30 GB/s per SM plus the tokens' loads, which overlap on the GPU), so their rates
 # are taken this much faster. Split, they lost to the plans before (0.68-0.96x at
-# 136x6144x4096, 136x4096x14336, 192x10240x8192 and 192x8192x28672).
-SWAP_256_ROWS_GAIN = 1.2
-SWAP_256_ROWS_MAX_M = 192
+# 136x6144x4096, 136x4096x14336, 192x10240x8192 and 192x8192x28672). On weights of
+# 22016 and 24576 rows (115 and 128 tiles of 192 rows) the model then picks 192-row
+# tiles, the tiles cuBLAS runs there: 6 held-out shapes 1.12x faster than the plans
+# before in both protocols (1.03-1.28x), 0.89x -> 1.00x of cuBLAS
+# (``results/swap_192_rows_ab.json.gz``). Clusters of 4 along M, which cuBLAS also
+# runs, measured within 1 % of pairs (``results/sweep_swap_tall_clusters.json.gz``).
+SWAP_TALL_TILES_GAIN = 1.2
+SWAP_TALL_TILES_MAX_M = 192
+SWAP_TALL_TILE_M = (192, 256)
 SWAP_MAX_M = max(SWAP_TWO_TILES_MAX_M, SWAP_FOUR_TILES_MAX_M)
 PLAIN_TILE_N = (256, 224, 192, 160, 128, 96, 64)
 # Past the swaps' M, 128-row tiles may also take the odd multiples of 16 between those
@@ -303,8 +312,8 @@ def ranked_sm90_configs(m: int, n: int, k: int, batches: int, sm_count: int, can
     tokens fit one or two narrow N tiles instead of a mostly empty 64-row M tile, up
     to ``SWAP_TWO_TILES_MAX_M``, where two N tiles hold them with less padding than
     128-row M tiles, and up to ``SWAP_FOUR_TILES_MAX_M``, where four N tiles and the
-    weight's 128-row tiles make one wave (up to ``SWAP_256_ROWS_MAX_M`` also one N
-    tile beside the weight's 256-row tiles in one wave).
+    weight's 128-row tiles make one wave (up to ``SWAP_TALL_TILES_MAX_M`` also one N
+    tile beside the weight's 192- or 256-row tiles in one wave).
     """
     ranked = _plain_candidates(m, n, k, batches, sm_count, model)
     if can_swap and batches == 1 and m <= SWAP_MAX_M:
@@ -462,7 +471,7 @@ def _swapped_candidates(m, n, k, sm_count, model):
     min_item_k_blocks = SWAP_TWO_TILES_MIN_K_BLOCKS if m > SWAP_AB_MAX_M else 1
     candidates = list(_candidates(n, m, k, 1, sm_count, (64, 128), tuple(narrow), True, model, min_item_k_blocks))
     candidates += _four_token_tiles(m, n, k, sm_count, model)
-    candidates += _one_token_tile_on_256_rows(m, n, k, sm_count, model)
+    candidates += _one_token_tile_on_tall_weight_tiles(m, n, k, sm_count, model)
     return _break_ties(candidates) if candidates else []
 
 
@@ -484,24 +493,24 @@ def _four_token_tiles(m, n, k, sm_count, model):
                                                                    True, measured) if config.split_k == 1]
 
 
-def _one_token_tile_on_256_rows(m, n, k, sm_count, model):
+def _one_token_tile_on_tall_weight_tiles(m, n, k, sm_count, model):
     """Swapped candidates whose one token tile (fitted to ``m``, past ``SWAP_AB_MAX_M``
-    up to ``SWAP_256_ROWS_MAX_M``) sits beside 256-row weight tiles, unsplit, in one
-    wave of k-loops of at least ``ONE_WAVE_MIN_K_BLOCKS``; their rates taken
-    ``SWAP_256_ROWS_GAIN`` times ``model``'s."""
-    if not SWAP_AB_MAX_M < m <= SWAP_256_ROWS_MAX_M or ceil_div(k, TILE_K) < ONE_WAVE_MIN_K_BLOCKS:
+    up to ``SWAP_TALL_TILES_MAX_M``) sits beside weight tiles of ``SWAP_TALL_TILE_M``
+    rows, unsplit, in one wave of k-loops of at least ``ONE_WAVE_MIN_K_BLOCKS``; their
+    rates taken ``SWAP_TALL_TILES_GAIN`` times ``model``'s."""
+    if not SWAP_AB_MAX_M < m <= SWAP_TALL_TILES_MAX_M or ceil_div(k, TILE_K) < ONE_WAVE_MIN_K_BLOCKS:
         return []
-    weight_tile = 256
-    if ceil_div(n, weight_tile) > sm_count:
-        return []  # more than one wave
-    gain = SWAP_256_ROWS_GAIN
+    one_wave = tuple(rows for rows in SWAP_TALL_TILE_M if ceil_div(n, rows) <= sm_count)
+    if not one_wave:
+        return []
+    gain = SWAP_TALL_TILES_GAIN
     measured = dataclasses.replace(model, mma_flops_per_sm=model.mma_flops_per_sm * gain,
                                    sm_hbm_bytes_per_s=model.sm_hbm_bytes_per_s * gain,
                                    sm_l2_bytes_per_s=model.sm_l2_bytes_per_s * gain,
                                    l2_bytes_per_s=model.l2_bytes_per_s * gain)
     tile_n = fitted_token_tile(m, 1)
-    return [(seconds, config) for seconds, config in _candidates(n, m, k, 1, sm_count, (weight_tile,), (tile_n,),
-                                                                   True, measured) if config.split_k == 1]
+    return [(seconds, config) for seconds, config in _candidates(n, m, k, 1, sm_count, one_wave, (tile_n,), True,
+                                                                   measured) if config.split_k == 1]
 
 
 def fitted_token_tile(m: int, tiles: int) -> int:
@@ -562,10 +571,10 @@ def _clusters(tile_m, tiles_m, tiles_n, swap_ab):
     than 1x2 at 8192x8192 with K <= 512 (section 19); 64-row tiles in 1x2 clusters,
     whose A box is 8 KB a k-block, ran up to 1.2x slower than unclustered ones
     (NOTES section 30). Swapped: the weight is A, multicast along N; two or four N
-    tiles of tokens are always paired (see ``_swapped_candidates``); 256-row weight tiles
+    tiles of tokens are always paired (see ``_swapped_candidates``); tall weight tiles
     beside one token tile may pair along M, sharing it."""
     if swap_ab:
-        if tile_m == 256 and tiles_m >= 2:
+        if tile_m in SWAP_TALL_TILE_M and tiles_m >= 2:
             return [(1, 1), (2, 1)]  # one token tile: pairs of weight tiles share it
         return [(1, 2)] if tiles_n in (2, 4) else [(1, 1)]
     along_m = [(1, 1), (2, 1)] if tiles_m >= 2 else [(1, 1)]
