@@ -195,8 +195,8 @@ class RegisterBudget:
     # What ptxas compiles the whole kernel under, whatever setmaxnreg raises the
     # consumers to later: the register file over the CTA's threads (one CTA per SM).
     # No single instruction may need more; a wgmma's accumulators are one instruction's.
-    launch_registers: int = 0
-    wgmma_accumulator_registers: int = 0  # one m64nNk16 wgmma's, per thread: N / 2
+    launch_registers: int
+    wgmma_accumulator_registers: int  # one m64nNk16 wgmma's, per thread: N / 2
 
 
 @dataclass(frozen=True)

@@ -863,7 +863,7 @@ def pingpong_variant(config: GemmConfig, m: int, n: int, k: int, batches: int,
     """``config`` with ping-pong consumers (``GemmConfig.pingpong``) for the kernel's
     (``m``, ``n``, ``k``, ``batches``) problem, its cluster and raster kept; ``None``
     for a configuration whose tiles are split or streamed (pieces meet in a
-    workspace, which ping-pong consumers do not run) or 256 rows tall.
+    workspace, which ping-pong consumers do not run) or taller than 128 rows.
 
     A warpgroup holds a whole tile's accumulators, so 128-row tiles are 192 or 128
     wide: 128 for k-loops of at most ``PINGPONG_NARROW_MAX_K_BLOCKS``, else whichever

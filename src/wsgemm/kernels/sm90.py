@@ -14,13 +14,13 @@ Warp roles of a CTA (``1 + consumer_warpgroups`` warpgroups of 128 threads):
   convert, store to shared memory (stmatrix), TMA-store to D.
 
   By default the consumer warpgroups are *cooperative*: each tile is theirs together,
-  half of its rows each, and the tensor cores idle while they run its epilogue. With
-  ``config.pingpong`` each of the two owns whole tiles, every other work item of the
-  CTA: one warpgroup's epilogue overlaps the other's mainloop. Their mainloops take
-  turns through two named barriers, and not only for the tensor cores: both read
-  one ring whose full barriers a parity wait can only tell apart one phase at a
-  time, so a warpgroup must not wait on a slot before the other has passed its own
-  waits on the k-blocks before it (docs/architecture.md).
+  an equal share of its rows each, and the tensor cores idle while they run its
+  epilogue. With ``config.pingpong`` each of the two owns whole tiles, every other
+  work item of the CTA: one warpgroup's epilogue overlaps the other's mainloop.
+  Their mainloops take turns through two named barriers, and not only for the tensor
+  cores: both read one ring whose full barriers a parity wait can only tell apart
+  one phase at a time, so a warpgroup must not wait on a slot before the other has
+  passed its own waits on the k-blocks before it (docs/architecture.md).
 
 With ``config.dependent_launch`` the kernel is a programmatic dependent launch:
 ``griddepcontrol.wait`` before any global-memory access, and the producer lets the
