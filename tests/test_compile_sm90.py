@@ -81,6 +81,8 @@ def test_tiles_clusters_and_schedules_compile(config):
     spec, compiled = build(config=config)
     assert_core_structure(spec, compiled)
     assert f"m64n{config.tile_n}k16" in compiled.ptx
+    # A k-block is 4 k-steps; a warpgroup stacks tile_m / (64 x its tile's warpgroups) wgmmas in each.
+    assert compiled.ptx.count("wgmma.mma_async.sync") == 4 * config.tile_m // (64 * cfg.tile_warpgroups(config))
     if config.cluster_size > 1:
         assert ".multicast::cluster" in compiled.ptx
         assert "barrier.cluster" in compiled.ptx
