@@ -42,6 +42,14 @@ def test_inspect_reports_a_pingpong_kernel_and_rejects_a_tile_it_cannot_hold(tmp
     assert "or pingpong=False" in capsys.readouterr().err
 
 
+def test_inspect_reports_how_a_tall_tile_is_shared(tmp_path, capsys):
+    assert main(["inspect", "--arch", "sm_90a", "--tile", "256x192x64", "--out", str(tmp_path)]) == 0
+    text = capsys.readouterr().out
+    assert "warpgroups 1..2 = wgmma consumers + epilogue, cooperative: 128 rows of each tile apiece" in text
+    assert "192 for accumulators; ptxas compiles the kernel under 168" in text
+    assert "wgmma.mma_async x8" in text  # two stacked per k-step
+
+
 def test_loop_excerpts_pad_only_the_annotated_lines():
     from wsgemm.inspection import LoopExcerpt, format_excerpt
 

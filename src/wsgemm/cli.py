@@ -52,11 +52,12 @@ def describe_spec(spec: cfg.KernelSpec) -> list[str]:
         regs = cfg.sm90_register_budget(c)
         wgs = cfg.consumer_warpgroups(c)
         sharing = ("ping-pong: each runs every other tile whole" if c.pingpong
-                   else "cooperative: 64 rows of each tile apiece")
+                   else f"cooperative: {c.tile_m // wgs} rows of each tile apiece")
         lines += [
             f"  warp roles : warpgroup 0 = TMA producer (warp 0 issues, {regs.producer_registers} regs/thread); "
             f"warpgroups 1..{wgs} = wgmma consumers + epilogue, {sharing} ({regs.consumer_registers} regs/thread, "
-            f"{regs.accumulator_registers} for accumulators)",
+            f"{regs.accumulator_registers} for accumulators; ptxas compiles the kernel under "
+            f"{regs.launch_registers})",
         ]
     else:
         lines += [
