@@ -91,16 +91,16 @@ MMA_EFFICIENCY = {
     # shared-memory and L2 traffic per FLOP, though only 3 stages fit). Narrower:
     # the 128-row rates, unmeasured.
     (256, 192): 0.81, (256, 128): 0.79, (256, 64): 0.55, (256, 32): 0.40, (256, 16): 0.30,
-    # 192 rows: three warpgroups of 64 rows, rated as the two of a 128-row tile.
-    (192, 192): 0.78, (192, 160): 0.76, (192, 128): 0.72, (192, 96): 0.65, (192, 64): 0.55, (192, 32): 0.40,
-    (192, 16): 0.30,
 }
+# 192 rows: three warpgroups of 64 rows, rated as the two of a 128-row tile.
+MMA_EFFICIENCY_RATED_AS = {192: 128}
 
 
 def mma_efficiency(tile_m: int, tile_n: int) -> float:
     """``MMA_EFFICIENCY``, read on a line between its measured widths for the widths
     in steps of 16 (``fitted_token_tile``, ``FITTED_PLAIN_TILE_N``); none of those was
     measured on its own, and their 16-column epilogue steps are not charged."""
+    tile_m = MMA_EFFICIENCY_RATED_AS.get(tile_m, tile_m)
     if (tile_m, tile_n) in MMA_EFFICIENCY:
         return MMA_EFFICIENCY[tile_m, tile_n]
     widths = sorted(n for m, n in MMA_EFFICIENCY if m == tile_m)
@@ -486,11 +486,8 @@ def _four_token_tiles(m, n, k, sm_count, model):
     token_tiles, weight_tile = 4, 128
     if ceil_div(n, weight_tile) * token_tiles > 2 * resident_clusters(sm_count, 2):
         return []  # more than one wave of pairs
-    measured = dataclasses.replace(model, mma_flops_per_sm=model.mma_flops_per_sm * SWAP_FOUR_TILES_GAIN,
-                                   l2_bytes_per_s=model.l2_bytes_per_s * SWAP_FOUR_TILES_GAIN)
-    tile_n = fitted_token_tile(m, token_tiles)
-    return [(seconds, config) for seconds, config in _candidates(n, m, k, 1, sm_count, (weight_tile,), (tile_n,),
-                                                                   True, measured) if config.split_k == 1]
+    measured = _rates_scaled(model, SWAP_FOUR_TILES_GAIN, "mma_flops_per_sm", "l2_bytes_per_s")
+    return _unsplit_swaps(m, n, k, sm_count, (weight_tile,), fitted_token_tile(m, token_tiles), measured)
 
 
 def _one_token_tile_on_tall_weight_tiles(m, n, k, sm_count, model):
@@ -503,14 +500,22 @@ def _one_token_tile_on_tall_weight_tiles(m, n, k, sm_count, model):
     one_wave = tuple(rows for rows in SWAP_TALL_TILE_M if ceil_div(n, rows) <= sm_count)
     if not one_wave:
         return []
-    gain = SWAP_TALL_TILES_GAIN
-    measured = dataclasses.replace(model, mma_flops_per_sm=model.mma_flops_per_sm * gain,
-                                   sm_hbm_bytes_per_s=model.sm_hbm_bytes_per_s * gain,
-                                   sm_l2_bytes_per_s=model.sm_l2_bytes_per_s * gain,
-                                   l2_bytes_per_s=model.l2_bytes_per_s * gain)
-    tile_n = fitted_token_tile(m, 1)
-    return [(seconds, config) for seconds, config in _candidates(n, m, k, 1, sm_count, one_wave, (tile_n,), True,
-                                                                   measured) if config.split_k == 1]
+    measured = _rates_scaled(model, SWAP_TALL_TILES_GAIN, "mma_flops_per_sm", "sm_hbm_bytes_per_s",
+                             "sm_l2_bytes_per_s", "l2_bytes_per_s")
+    return _unsplit_swaps(m, n, k, sm_count, one_wave, fitted_token_tile(m, 1), measured)
+
+
+def _rates_scaled(model: ThroughputModel, gain: float, *rates: str) -> ThroughputModel:
+    """``model`` with the named rates ``gain`` times faster: plans measured to run
+    faster than the model rates them."""
+    return dataclasses.replace(model, **{rate: getattr(model, rate) * gain for rate in rates})
+
+
+def _unsplit_swaps(m, n, k, sm_count, weight_tiles, token_tile, model):
+    """Swapped candidates (the weight's ``n`` rows in ``weight_tiles``-row tiles, the
+    tokens in ``token_tile``-wide ones) whose k-loops are whole."""
+    return [(seconds, config) for seconds, config in _candidates(n, m, k, 1, sm_count, weight_tiles, (token_tile,),
+                                                                   True, model) if config.split_k == 1]
 
 
 def fitted_token_tile(m: int, tiles: int) -> int:
