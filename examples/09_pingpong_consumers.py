@@ -15,7 +15,7 @@ Part 2 runs the CPU pipeline model: every interleaving of the ping-pong roles is
 safe, the same roles without the hand-over read bytes that never landed, and the
 timeline model shows the epilogue overlap. Part 3 times both on the GPU: on an H200
 at 8192x8192x512, 128x256 cooperative took 116.3 us and 128x192 ping-pong 98.8 us
-with four epilogue buffers per warpgroup (benchmarks/results/sweep_pp192_k.json;
+with four epilogue buffers per warpgroup (benchmarks/results/sweep_pp192_k.json.gz;
 NOTES section 19); with section 20's kernel changes and three buffers, which keep a
 fifth ring stage, the default ran this shape 3 % faster again. wsgemm's default path uses ping-pong for k-loops up to K = 1536,
 and where 128x128 tiles fill one wave at K >= 2048: each CTA then has one tile,
