@@ -13,6 +13,7 @@ from wsgemm.heuristics import (
     SWAP_TWO_TILES_MAX_M,
     SWAP_TWO_TILES_MIN_K_BLOCKS,
     _swapped_candidates,
+    _tile_seconds,
     candidates_to_time,
     choose_config,
     estimate_seconds,
@@ -417,15 +418,42 @@ def test_the_autotuner_times_two_tile_swaps_that_hold_the_calls_tokens():
     assert past == choose_config("sm90", 400, 8192, 8192, 1, H200_SMS, can_swap=True) != winner
 
 
+def test_a_weight_from_hbm_and_tokens_from_l2_load_side_by_side():
+    """One token tile beside weight tiles that only it reads: the weight streams from
+    HBM while the tokens come from L2, and the slower of the two paths sets the pace,
+    not their sum. 64x176 swapped tiles ran 176x6144x4096 in 21.5 us against 34.8
+    modelled with the sum (NOTES section 40), faster than the 64x192 tiles in 2x1
+    clusters picked before (23.8 us)."""
+    chosen = choose_config("sm90", 176, 6144, 4096, 1, H200_SMS, can_swap=True)
+    assert chosen.swap_ab and (chosen.tile_m, chosen.tile_n, chosen.cluster_size, chosen.split_k) == (64, 176, 1, 1)
+    overlapped = _tile_seconds(6144, 176, 64, 64, 176, H200)
+    summed = _tile_seconds(6144, 176, 64, 64, 176, H200, paths_overlap=False)
+    assert overlapped < 0.75 * summed
+    # Two operands from L2 (many tiles of each) still queue for it.
+    both_l2 = dict(m=4096, n=4096, k_blocks=64, tile_m=128, tile_n=128, model=H200)
+    assert _tile_seconds(**both_l2) == _tile_seconds(**both_l2, paths_overlap=False)
+
+
+def test_split_tiles_and_several_waves_keep_their_loads_summed():
+    """Rated with overlapping loads, one token tile split 2-8 ways displaced pairs of
+    token tiles sharing the weight by multicast and ran 12-25 % slower than them
+    (192x8192x8192: 45.4 us against 40.0), and over several waves 2-12 % slower
+    (192x57344x8192: 305 us against 285; NOTES section 40): there the loads keep the
+    sum, and the pairs stay."""
+    for n, k in ((8192, 8192), (57344, 8192)):
+        chosen = choose_config("sm90", 192, n, k, 1, H200_SMS, can_swap=True)
+        assert chosen.swap_ab and (chosen.tile_n, chosen.cluster_n, chosen.split_k) == (96, 2, 1)
+
+
 def test_64_row_tiles_over_several_waves_of_a_long_k_loop_share_l2():
     """192x28672x4096: 384 tiles of 64x224 in ~3 waves re-read the weight per tile row
     and drew ~8.6 TB/s from L2 (103.6 us); 128x224 tiles in 2x1 clusters ran 88.2 us
     (NOTES section 38). With 32 k-blocks the term does not apply, nor where the
     weight streams from HBM through one token tile (a swapped decode kernel). (Where
-    the operands can swap, 256-row weight tiles take this shape: the next test.)"""
+    the operands can swap, swapped weight tiles take these shapes: the next tests.)"""
     chosen = choose_config("sm90", 192, 28672, 4096, 1, H200_SMS)
     assert (chosen.tile_m, chosen.tile_n, chosen.cluster_m) == (128, 224, 2)
-    assert choose_config("sm90", 192, 28672, 2048, 1, H200_SMS, can_swap=True).tile_m == 64
+    assert choose_config("sm90", 192, 28672, 2048, 1, H200_SMS).tile_m == 64
     decode = choose_config("sm90", 16, 57344, 8192, 1, H200_SMS, can_swap=True)
     assert decode.swap_ab and (decode.tile_m, decode.tile_n) == (64, 16)
 

@@ -257,7 +257,8 @@ def estimate_seconds(m: int, n: int, k: int, batches: int, sm_count: int, tile_m
                                 or (tile_m == 64 and n > tile_n and k_blocks >= ONE_WAVE_MIN_K_BLOCKS))
     tile_seconds = functools.partial(_tile_seconds, m, n, tile_m=tile_m, tile_n=tile_n, model=model,
                                      cluster_m=cluster_m, cluster_n=cluster_n,
-                                     resident_ctas=min(work_items, slots) * cluster if shares_l2 else None)
+                                     resident_ctas=min(work_items, slots) * cluster if shares_l2 else None,
+                                     paths_overlap=split_k == 1 and units <= slots)
     busiest_sm = (units - tail) // slots * tile_seconds(k_blocks)
     if tail:
         split_blocks = ceil_div(k_blocks, split_k)
@@ -273,11 +274,13 @@ def estimate_seconds(m: int, n: int, k: int, batches: int, sm_count: int, tile_m
 
 
 def _tile_seconds(m: int, n: int, k_blocks: int, tile_m: int, tile_n: int, model: ThroughputModel,
-                  cluster_m: int = 1, cluster_n: int = 1, resident_ctas: int | None = None) -> float:
+                  cluster_m: int = 1, cluster_n: int = 1, resident_ctas: int | None = None,
+                  paths_overlap: bool = True) -> float:
     """One work item of ``k_blocks`` k-blocks: bound by its MMAs or its operand loads.
     ``resident_ctas``: in one wave of a long k-loop (or any wave of 64-row tiles), the
     CTAs that share L2's bandwidth with this one (``ONE_WAVE_MIN_K_BLOCKS``); ``None``:
-    it reads at its port's rate."""
+    it reads at its port's rate. ``paths_overlap``: an operand from HBM and one from
+    L2 load side by side, not one after the other (see ``loads`` below)."""
     k_elems = k_blocks * TILE_K
     efficiency = mma_efficiency(tile_m, tile_n)
     if resident_ctas is not None and tile_m == 64 and tile_n >= 64 and k_blocks >= ONE_WAVE_MIN_K_BLOCKS:
@@ -292,14 +295,26 @@ def _tile_seconds(m: int, n: int, k_blocks: int, tile_m: int, tile_n: int, model
     l2_rate = model.sm_l2_bytes_per_s
     if resident_ctas is not None:
         l2_rate = min(l2_rate, model.l2_bytes_per_s / resident_ctas)
-    a_rate = model.sm_hbm_bytes_per_s if ceil_div(n, tile_n) == 1 else l2_rate
-    b_rate = model.sm_hbm_bytes_per_s if ceil_div(m, tile_m) == 1 else l2_rate
+    a_from_hbm, b_from_hbm = ceil_div(n, tile_n) == 1, ceil_div(m, tile_m) == 1
+    a_rate = model.sm_hbm_bytes_per_s if a_from_hbm else l2_rate
+    b_rate = model.sm_hbm_bytes_per_s if b_from_hbm else l2_rate
     a_rate, b_rate = (min(rate, in_flight / model.load_latency_s) for rate in (a_rate, b_rate))
     oob_rows = tile_m + tile_n - a_rows - b_rows
     # Multicast: each CTA of a cluster row issues 1/cluster_n of the shared A tile, and
     # of a cluster column 1/cluster_m of the shared B tile.
-    loads = k_blocks * TILE_K * 2 * (a_rows / cluster_n / a_rate + b_rows / cluster_m / b_rate
-                                     + oob_rows / model.oob_fill_bytes_per_s)
+    k_bytes = k_blocks * TILE_K * 2
+    a_seconds, b_seconds = k_bytes * a_rows / cluster_n / a_rate, k_bytes * b_rows / cluster_m / b_rate
+    # One operand streaming from HBM (the weight beside one tile of tokens) and the
+    # other from L2 travel different paths into the same stages, so the slower sets
+    # the pace; two operands from the same place queue for it. Summed, the model rated
+    # swapped tiles holding all the tokens 1.6x too slow at M = 136-176: 64x176 at
+    # 176x6144x4096 ran 21.5 us against 34.8 modelled. ``estimate_seconds`` asks for it
+    # only in one wave of unsplit tiles: rated so, one token tile split 2-8 ways ran
+    # 12-25 % slower than the pairs of token tiles it displaced, and over 3-7 waves
+    # (57344-row weights) 2-12 % slower (benchmarks/NOTES.md section 40).
+    overlap = paths_overlap and a_from_hbm != b_from_hbm
+    loads = max(a_seconds, b_seconds) if overlap else a_seconds + b_seconds
+    loads += k_bytes * oob_rows / model.oob_fill_bytes_per_s
     return max(mma, loads)
 
 
