@@ -262,9 +262,7 @@ def consumer_warpgroups(config: GemmConfig) -> int:
     (``RegisterBudget.launch_registers``). Five warpgroups would cap 256-row tiles at
     128 columns; two take up to 192. A 192-row tile has three of 64 rows, up to 192
     columns (m64n192 under 128 registers)."""
-    if config.pingpong:
-        return 2
-    return 2 if config.tile_m == 256 else max(1, config.tile_m // 64)
+    return 2 if config.pingpong or config.tile_m == 256 else max(1, config.tile_m // 64)
 
 
 def tile_warpgroups(config: GemmConfig) -> int:
