@@ -11,9 +11,10 @@ mixes and where their warps wait, and small enough to commit. With ``--details``
 duration, cycles, clock and SM throughput from the Speed Of Light section:
 
     python benchmarks/ncu_summary.py sass.csv.gz --details details.txt \
-        --out benchmarks/results/ncu_8192x8192x256.json
+        --out benchmarks/results/ncu_8192x8192x256.json.gz
 
-With ``--raw`` instead (the CSV of ``ncu -i report.ncu-rep --page raw --csv``), it
+(an ``--out`` ending in ``.gz`` is written gzipped, as results/ keeps them). With
+``--raw`` instead (the CSV of ``ncu -i report.ncu-rep --page raw --csv``), it
 keeps each kernel's launch, clock and traffic metrics (``RAW_METRICS``): where the
 bytes go between HBM, the L2 and the SMs, which a power budget pays for.
 ``--labels`` names the kernels in report order (``ncu_kernels.py`` prints the order;
@@ -152,7 +153,7 @@ def main(argv=None) -> int:
     p.add_argument("--raw", help="ncu --page raw --csv output (.gz accepted), instead of the SASS page")
     p.add_argument("--labels", default="", help="with --raw: names of the kernels in report order, comma-separated")
     p.add_argument("--details", help="text of ncu --page details for the same report")
-    p.add_argument("--out", help="JSON file to write (default: print)")
+    p.add_argument("--out", help="JSON file to write, gzipped if it ends in .gz (default: print)")
     p.add_argument("--note", default="", help="what was profiled, kept in the JSON")
     args = p.parse_args(argv)
     if (args.csv is None) == (args.raw is None):
@@ -170,7 +171,8 @@ def main(argv=None) -> int:
     report = {"note": args.note, "kernels": kernels}
     out = json.dumps(report, indent=1)
     if args.out:
-        Path(args.out).write_text(out + "\n")
+        data = (out + "\n").encode()
+        Path(args.out).write_bytes(gzip.compress(data, mtime=0) if args.out.endswith(".gz") else data)
     else:
         print(out)
     return 0

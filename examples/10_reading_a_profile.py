@@ -19,6 +19,7 @@ Needs: any machine (reads committed JSON; no GPU).
 Run:   python examples/10_reading_a_profile.py
 """
 
+import gzip
 import json
 from pathlib import Path
 
@@ -28,7 +29,8 @@ WATCHED = ("R2UR", "CS2R", "IMAD", "UIADD3", "HGMMA", "F2FP", "STSM")
 
 
 def load(name: str) -> list[dict]:
-    return json.loads((RESULTS / name).read_text())["kernels"]
+    """The profiled kernels of a committed summary (gzipped, as results/ keeps them)."""
+    return json.loads(gzip.decompress((RESULTS / name).read_bytes()))["kernels"]
 
 
 def who(kernel: dict) -> str:
@@ -52,9 +54,9 @@ def busy(kernel: dict) -> float:
 
 def part1() -> None:
     print("1. Instructions executed at 8192x8192x256 (millions of warp instructions)\n")
-    columns = [("wsgemm before", load("ncu_8192x8192x256_3fb39df.json")[0]),
+    columns = [("wsgemm before", load("ncu_8192x8192x256_3fb39df.json.gz")[0]),
                *((f"{who(k)} after" if who(k) == "wsgemm" else who(k), k)
-                 for k in load("ncu_8192x8192x256.json"))]
+                 for k in load("ncu_8192x8192x256.json.gz"))]
     print(f"  {'':8s}" + "".join(f"{label:>18s}" for label, _ in columns))
     for op in ("all", *WATCHED):
         cells = []
@@ -73,7 +75,7 @@ def part1() -> None:
 
 def part2() -> None:
     print("2. Where the warps waited (wsgemm before the change, 8192x8192x256)\n")
-    kernel = load("ncu_8192x8192x256_3fb39df.json")[0]
+    kernel = load("ncu_8192x8192x256_3fb39df.json.gz")[0]
     total = kernel["stall_samples"]
     reasons = ", ".join(f"{r} {n / total:.0%}" for r, n in list(kernel["stall_reasons"].items())[:4])
     print(f"  {total} samples; by reason: {reasons}")
@@ -97,7 +99,7 @@ def part2() -> None:
 
 def part3() -> None:
     print("3. A ceiling at 8192^3: the tensor pipe's busy share (Speed Of Light)\n")
-    kernels = {who(k): k for k in load("ncu_8192x8192x8192.json")}
+    kernels = {who(k): k for k in load("ncu_8192x8192x8192.json.gz")}
     for name, kernel in kernels.items():
         print(f"  {name:26s} {busy(kernel):5.1f} % busy over {cycles(kernel) / 1e6:.2f} M cycles "
               f"at {kernel['speed_of_light']['sm_frequency']}")
