@@ -14,9 +14,10 @@ Part 1 compiles 128x256, 192x192 and 256x192 tiles and reads what ptxas did: thr
 the register count in the cubin, wgmmas per k-block. Part 2 shows the checks
 ``make_spec`` runs before compiling. Part 3 is where the default path uses such
 tiles (swapped, one token tile beside 192- or 256-row weight tiles in one wave, at
-M = 129-192, where cuBLAS runs the same tiles) with the times measured on an H200,
-read from the committed benchmarks/results/swap_256_rows_ab.json.gz and
-swap_192_rows_ab.json.gz (benchmarks/NOTES.md section 39).
+M = 129-192, where cuBLAS runs the same tiles; plain, two rows of 192-row tiles
+paired along M at M = 257-384) with the times measured on an H200, read from the
+committed benchmarks/results/swap_256_rows_ab.json.gz, swap_192_rows_ab.json.gz and
+plain_tall_tiles_ab.json.gz (benchmarks/NOTES.md sections 39 and 41).
 
 Needs: any machine (compile only; committed measurements).
 Run:   python examples/15_tall_tiles_and_the_register_count.py
@@ -65,15 +66,19 @@ def part2() -> None:
 
 
 def part3() -> None:
-    for m, n, k in ((136, 28672, 4096), (176, 22016, 8192), (136, 6144, 4096)):
+    for m, n, k in ((136, 28672, 4096), (176, 22016, 8192), (136, 6144, 4096), (384, 6144, 4096)):
         chosen = heuristics.choose_config("sm90", m, n, k, 1, H200_SMS, can_swap=True)
-        rows = f"{chosen.tile_m}-row weight tiles" if chosen.tile_m > 128 else "no tall tiles (they would be split)"
+        rows = ("no tall tiles (they would be split)" if chosen.tile_m <= 128 else
+                f"{chosen.tile_m}-row weight tiles" if chosen.swap_ab else
+                f"two rows of {chosen.tile_m}-row tiles, each pair sharing its weight tile")
         print(f"{m}x{n}x{k}: the default path plans {'swap ' if chosen.swap_ab else ''}"
               f"{chosen.tile_m}x{chosen.tile_n} c{chosen.cluster_m}x{chosen.cluster_n}: {rows}")
-    print("\nMeasured on an H200 (single calls after an L2 flush, us; 'before': session 26's plan):")
+    print("\nMeasured on an H200 (single calls after an L2 flush, us; 'before': the plan before each change):")
     print(f"  {'shape':>18}  {'before':>7}  {'now':>7}  {'cuBLAS':>7}  cuBLAS's kernel")
-    for name in ("swap_256_rows_ab", "swap_192_rows_ab"):
-        report = json.loads(gzip.decompress((RESULTS / f"{name}.json.gz").read_bytes()))
+    plain = json.loads(gzip.decompress((RESULTS / "plain_tall_tiles_ab.json.gz").read_bytes()))
+    reports = [json.loads(gzip.decompress((RESULTS / f"{name}.json.gz").read_bytes()))
+               for name in ("swap_256_rows_ab", "swap_192_rows_ab")] + [plain["runs"]["2_after_the_swap_heldout"]]
+    for report in reports:
         for shape in report["shapes"]:
             us = {impl: times[0] for impl, times in shape["us"].items()}
             kernel = re.search(r"nvjet_sm90_tst_(\d+x\d+)_\w+?_(\dx\d)", shape["cublas_kernels"][-1])

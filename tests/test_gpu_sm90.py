@@ -393,6 +393,13 @@ def test_the_default_path_runs_one_wave_long_k_loops_one_tile_per_warpgroup():
     check(run(a, b), a, b)
 
 
+def test_the_default_path_runs_two_rows_of_192_row_tiles_in_pairs():
+    # M = 300: two 192-row tiles, the second 108 rows; 64 columns of 96 (one wave of pairs).
+    a, w = rand(300, 4100), rand(6144, 4100)
+    config = wsgemm.api.make_plan(a, w.t(), None, None, None).spec.config
+    assert (config.tile_m, config.tile_n, config.cluster_m, config.swap_ab) == (192, 96, 2, False), config
+    check(run(a, w.t()), a, w.t())
+
 def test_results_are_deterministic():
     a, b = rand(1536, 1536), rand(1536, 1536)
     first = wsgemm.gemm(a, b)

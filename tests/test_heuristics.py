@@ -335,12 +335,12 @@ def test_a_measured_winner_gives_way_only_where_its_waves_fit_worse_than_where_i
 def test_a_one_wave_winner_gives_way_where_fewer_tile_rows_leave_sms_idle():
     """The M = 512 winner of the 8192x8192 weight, 128x256 tiles in 2x1 clusters: 128
     CTAs over 4 tile rows. Over the 3 rows of M = 320 it would run 96 CTAs on 132
-    SMs, and the model's pick (128x192 in 1x2 clusters, 129 CTAs) serves; at M = 448,
-    4 rows again, the winner does."""
+    SMs, and the model's pick (two rows of 192x128 in 2x1 clusters, 128 CTAs) serves;
+    at M = 448, 4 rows again, the winner does."""
     winner = cfg.GemmConfig(tile_m=128, tile_n=256, cluster_m=2)
     here = table_winner_or_model(winner, 512, 320, 8192, 8192, 1, H200_SMS)
     assert here == choose_config("sm90", 320, 8192, 8192, 1, H200_SMS)
-    assert (here.tile_m, here.tile_n, here.cluster_m, here.cluster_n) == (128, 192, 1, 2)
+    assert (here.tile_m, here.tile_n, here.cluster_m, here.cluster_n) == (192, 128, 2, 1)
     assert table_winner_or_model(winner, 512, 448, 8192, 8192, 1, H200_SMS) == winner
 
 
@@ -480,6 +480,32 @@ def test_one_token_tile_beside_tall_weight_tiles_in_one_wave(m, n, k, rows, widt
     assert not offers_tall_tiles(m, n, (ONE_WAVE_MIN_K_BLOCKS - 1) * 64)
     assert all(c.split_k == 1 for _, c in _swapped_candidates(m, 6144, k, H200_SMS, H200) if c.tile_m > 128)
     cfg.make_spec("sm90", "bf16", "bf16", "k", "k", "n", chosen)  # its accumulators fit
+
+
+@pytest.mark.parametrize("m, n, k, width", [(384, 6144, 4096, 96), (320, 6144, 4096, 96), (352, 7168, 8192, 112),
+                                            (384, 8192, 14336, 128), (336, 10240, 8192, 160)])
+def test_two_rows_of_192_row_tiles_pair_along_m_where_128_row_tiles_need_three(m, n, k, width):
+    """At M = 257-384 two 192-row tiles in 2x1 clusters (the weight multicast to both)
+    replace three rows of 128-row tiles in 1x2 clusters (NOTES section 41). Not where
+    the model swaps A and B (two token tiles measured faster), outside M = 257-384, for
+    k-loops shorter than ONE_WAVE_MIN_K_BLOCKS, or past one wave."""
+    for can_swap in (True, False):
+        chosen = choose_config("sm90", m, n, k, 1, H200_SMS, can_swap=can_swap)
+        assert not chosen.swap_ab and (chosen.tile_m, chosen.tile_n, chosen.cluster_m, chosen.split_k) == (
+            192, width, 2, 1), (can_swap, chosen)
+    cfg.make_spec("sm90", "bf16", "bf16", "k", "k", "n", chosen)  # its accumulators fit
+    assert choose_config("sm90", 256, n, k, 1, H200_SMS).tile_m != 192
+    assert choose_config("sm90", 400, n, k, 1, H200_SMS).tile_m != 192
+    assert choose_config("sm90", m, n, (ONE_WAVE_MIN_K_BLOCKS - 1) * 64, 1, H200_SMS).tile_m != 192
+    assert choose_config("sm90", m, n, k, 2, H200_SMS).tile_m != 192
+    assert choose_config("sm90", m, 28672, k, 1, H200_SMS).tile_m != 192  # more than a wave of pairs
+
+
+def test_two_rows_of_192_row_tiles_leave_the_swaps_the_model_picks():
+    """At 320x10240x8192 two swapped 160-wide token tiles ran 1.07x faster than
+    192x160 tiles (NOTES section 41): the swap decision comes first."""
+    chosen = choose_config("sm90", 320, 10240, 8192, 1, H200_SMS, can_swap=True)
+    assert chosen.swap_ab and chosen.tile_n == 160, chosen
 
 
 @pytest.mark.parametrize("m, k, width", [(300, 4096, 80), (352, 14336, 96), (440, 8192, 112)])

@@ -196,7 +196,8 @@ SWAP_FOUR_TILES_MAX_M = 448
 # before in both protocols (1.03-1.28x), 0.89x -> 1.00x of cuBLAS
 # (``results/swap_192_rows_ab.json.gz``). Clusters of 4 along M, which cuBLAS also
 # runs, measured within 1 % of pairs (``results/sweep_swap_tall_clusters.json.gz``).
-SWAP_TALL_TILES_GAIN = 1.2
+# Plain 192-row tiles ran as much faster than the model's rates (PLAIN_TALL_TILE_M).
+TALL_TILES_GAIN = 1.2
 SWAP_TALL_TILES_MAX_M = 192
 SWAP_TALL_TILE_M = (192, 256)
 SWAP_MAX_M = max(SWAP_TWO_TILES_MAX_M, SWAP_FOUR_TILES_MAX_M)
@@ -210,6 +211,20 @@ PLAIN_TILE_N = (256, 224, 192, 160, 128, 96, 64)
 # displaced better swaps), nor for 64-row tiles (1.005x on 8).
 FITTED_PLAIN_TILE_N = tuple(n for n in reversed(SM90_TILE_N) if min(PLAIN_TILE_N) < n < max(PLAIN_TILE_N)
                             and n not in PLAIN_TILE_N)
+# Plain 192-row tiles where two of them hold M's rows and 128-row tiles would take
+# three (M = 257-384), paired along M by a 2x1 cluster that multicasts the weight
+# tile, in one wave of unsplit k-loops of at least ONE_WAVE_MIN_K_BLOCKS; rated
+# TALL_TILES_GAIN faster, as the swapped tall tiles are. Three 128-row tile rows cannot
+# all pair along M, so the model's plans there paired along N (1x2, sharing the
+# tokens) or swapped A and B, and every CTA read its own copy of a weight tile.
+# Measured (benchmarks/NOTES.md section 41): 192x96 in 2x1 clusters at
+# 320/352/384x6144x4096 30.1/31.1/33.1 us against 32.6/33.3/34.0 for the plans
+# before (128x160 and 128x144 in 1x2 clusters), 192x128 at 384x8192x8192 70.2 against
+# 72.1. Not where they are narrower than 80 columns (192x64 at 320-384x4096: 0.85-0.9x
+# of the swapped plans) nor past M = 384, where 192x128 and 192x192 tiles in three or
+# four rows ran 0.87-0.93x of 128-row plans (576 and 640 x 4096 and 6144 x 4096).
+PLAIN_TALL_TILE_M = 192
+PLAIN_TALL_TILES_MIN_N = 80
 SWAP_AB_MIN_GAIN = 0.95  # modelled time of the best swap / the best without
 # A split needs enough k-blocks to fill its ring and amortise the fix-up.
 MIN_K_BLOCKS_PER_SPLIT = 4
@@ -336,7 +351,9 @@ def ranked_sm90_configs(m: int, n: int, k: int, batches: int, sm_count: int, can
         # Swap only for a clear gain: the transposed views cost host time on every call.
         if swapped and swapped[0][0] < SWAP_AB_MIN_GAIN * ranked[0][0]:
             return _break_ties(ranked + swapped)
-    return ranked
+    # After the swap is decided: tall tiles were measured faster than the plain plans
+    # they displace, and slower than the swaps (see PLAIN_TALL_TILE_M).
+    return _break_ties(ranked + _two_rows_of_tall_tiles(m, n, k, batches, sm_count, model))
 
 
 def candidates_to_time(m: int, n: int, k: int, batches: int, sm_count: int, can_swap: bool, count: int,
@@ -468,6 +485,24 @@ def _plain_candidates(m, n, k, batches, sm_count, model):
     return _break_ties(ranked)
 
 
+def _two_rows_of_tall_tiles(m, n, k, batches, sm_count, model):
+    """Plain candidates of ``PLAIN_TALL_TILE_M``-row tiles at an M that two of them
+    hold and two 128-row tiles do not, alone or paired along M, whose unsplit k-loops
+    of at least ``ONE_WAVE_MIN_K_BLOCKS`` make one wave; their rates taken
+    ``TALL_TILES_GAIN`` times ``model``'s. Unbatched only (as measured)."""
+    if not 2 * 128 < m <= 2 * PLAIN_TALL_TILE_M or batches != 1 or ceil_div(k, TILE_K) < ONE_WAVE_MIN_K_BLOCKS:
+        return []
+    # At most 192 columns: m64n192 is the widest wgmma under three warpgroups' registers.
+    widths = tuple(n for n in PLAIN_TILE_N + FITTED_PLAIN_TILE_N if PLAIN_TALL_TILES_MIN_N <= n <= 192)
+    measured = _rates_scaled(model, TALL_TILES_GAIN, "mma_flops_per_sm", "sm_hbm_bytes_per_s",
+                             "sm_l2_bytes_per_s", "l2_bytes_per_s")
+    slots = {size: resident_clusters(sm_count, size) for size in (1, 2)}
+    return [(seconds, c) for seconds, c in _candidates(m, n, k, 1, sm_count, (PLAIN_TALL_TILE_M,), widths, False,
+                                                       measured)
+            if c.split_k == 1 and c.cluster_n == 1
+            and TileGrid.for_problem(m, n, 1, c).units <= slots[c.cluster_size]]
+
+
 def _swapped_candidates(m, n, k, sm_count, model):
     """D^T = B^T A^T: the weight's N on the 64/128-row side, the tokens in the narrow N
     tile. Either one N tile holds every token, or two 64- or 96-wide ones do and a 2-CTA
@@ -509,13 +544,13 @@ def _one_token_tile_on_tall_weight_tiles(m, n, k, sm_count, model):
     """Swapped candidates whose one token tile (fitted to ``m``, past ``SWAP_AB_MAX_M``
     up to ``SWAP_TALL_TILES_MAX_M``) sits beside weight tiles of ``SWAP_TALL_TILE_M``
     rows, unsplit, in one wave of k-loops of at least ``ONE_WAVE_MIN_K_BLOCKS``; their
-    rates taken ``SWAP_TALL_TILES_GAIN`` times ``model``'s."""
+    rates taken ``TALL_TILES_GAIN`` times ``model``'s."""
     if not SWAP_AB_MAX_M < m <= SWAP_TALL_TILES_MAX_M or ceil_div(k, TILE_K) < ONE_WAVE_MIN_K_BLOCKS:
         return []
     one_wave = tuple(rows for rows in SWAP_TALL_TILE_M if ceil_div(n, rows) <= sm_count)
     if not one_wave:
         return []
-    measured = _rates_scaled(model, SWAP_TALL_TILES_GAIN, "mma_flops_per_sm", "sm_hbm_bytes_per_s",
+    measured = _rates_scaled(model, TALL_TILES_GAIN, "mma_flops_per_sm", "sm_hbm_bytes_per_s",
                              "sm_l2_bytes_per_s", "l2_bytes_per_s")
     return _unsplit_swaps(m, n, k, sm_count, one_wave, fitted_token_tile(m, 1), measured)
 
