@@ -21,7 +21,7 @@ bytes go between HBM, the L2 and the SMs, which a power budget pays for.
 two wsgemm configurations share a kernel name):
 
     python benchmarks/ncu_summary.py --raw raw.csv.gz --labels "wsgemm,torch.matmul" \
-        --out benchmarks/results/ncu_16384x10240x8192_traffic.json
+        --out benchmarks/results/ncu_16384x10240x8192_traffic.json.gz
 
 See ``benchmarks/ncu_kernels.py`` for taking the profile and docs/profiling.md for
 reading one.

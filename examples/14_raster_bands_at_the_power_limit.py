@@ -37,7 +37,7 @@ L2_BYTES = 60 * 2**20  # H200 (50 MiB on an H100)
 BF16 = 2
 RESULTS_DIR = Path(__file__).resolve().parents[1] / "benchmarks" / "results"
 RESULTS = RESULTS_DIR / "long_grid_bands.json.gz"
-TRAFFIC = RESULTS_DIR / "ncu_16384x10240x8192_traffic.json"  # one call each, clocks locked
+TRAFFIC = RESULTS_DIR / "ncu_16384x10240x8192_traffic.json.gz"  # one call each, clocks locked
 POWER = RESULTS_DIR / "power_per_config.json.gz"  # the same problem back to back
 
 
@@ -137,7 +137,7 @@ def policy() -> None:
 
 
 def per_clock_or_clock() -> None:
-    profiled = {k["label"].split(" (")[0]: k["metrics"] for k in json.loads(TRAFFIC.read_text())["kernels"]}
+    profiled = {k["label"].split(" (")[0]: k["metrics"] for k in json.loads(gzip.decompress(TRAFFIC.read_bytes()))["kernels"]}
     sustained = json.loads(gzip.open(POWER).read())["shapes"][0]["sustained"]
     print(f"\n5. {M}x{N}x{K}: ms at locked clocks (ncu) beside MHz and W back to back (first round, last):")
     for label, name in (("torch.matmul", "torch.matmul"), ("wsgemm default", "wsgemm"),
