@@ -393,11 +393,21 @@ def test_the_default_path_runs_one_wave_long_k_loops_one_tile_per_warpgroup():
     check(run(a, b), a, b)
 
 
+def test_the_default_path_runs_three_token_tiles_beside_256_row_weight_tiles():
+    # M = 300: three token tiles of 112 (the last 76); 43 weight tiles of 256 rows (the
+    # last 248) in pairs, the last pair's second CTA all padding.
+    a, w = rand(300, 4096), rand(11000, 4096)
+    plan = wsgemm.api.make_plan(a, w.t(), None, None, None)
+    assert plan.mode == "swap" and (plan.spec.config.tile_m, plan.spec.config.tile_n) == (256, 112), plan
+    check(run(a, w.t()), a, w.t())
+
+
 def test_the_default_path_runs_two_rows_of_192_row_tiles_in_pairs():
     # M = 300: two 192-row tiles, the second 108 rows; 64 columns of 96 (one wave of pairs).
     a, w = rand(300, 4100), rand(6144, 4100)
-    config = wsgemm.api.make_plan(a, w.t(), None, None, None).spec.config
-    assert (config.tile_m, config.tile_n, config.cluster_m, config.swap_ab) == (192, 96, 2, False), config
+    plan = wsgemm.api.make_plan(a, w.t(), None, None, None)
+    config = plan.spec.config
+    assert plan.mode != "swap" and (config.tile_m, config.tile_n, config.cluster_m) == (192, 96, 2), plan
     check(run(a, w.t()), a, w.t())
 
 def test_results_are_deterministic():

@@ -9,6 +9,7 @@ from wsgemm.heuristics import (
     ONE_WAVE_MIN_K_BLOCKS,
     SPARE_EPILOGUE_BUFFERS,
     SWAP_TALL_TILES_MAX_M,
+    SWAP_THREE_TILES_MAX_M,
     SWAP_FOUR_TILES_MAX_M,
     SWAP_TWO_TILES_MAX_M,
     SWAP_TWO_TILES_MIN_K_BLOCKS,
@@ -499,6 +500,30 @@ def test_two_rows_of_192_row_tiles_pair_along_m_where_128_row_tiles_need_three(m
     assert choose_config("sm90", m, n, (ONE_WAVE_MIN_K_BLOCKS - 1) * 64, 1, H200_SMS).tile_m != 192
     assert choose_config("sm90", m, n, k, 2, H200_SMS).tile_m != 192
     assert choose_config("sm90", m, 28672, k, 1, H200_SMS).tile_m != 192  # more than a wave of pairs
+
+
+@pytest.mark.parametrize("m, n, k, width", [(288, 11008, 4096, 96), (272, 10240, 5120, 96), (304, 11008, 5120, 112),
+                                            (336, 11008, 28672, 112)])
+def test_three_token_tiles_beside_256_row_weight_tiles_in_place_of_a_plain_plan(m, n, k, width):
+    """cuBLAS's 256x96 and 256x112 at M = 272-336 on 10240- and 11008-row weights: 40
+    or 43 weight tiles times three token tiles fitted to M (NOTES section 42). Not in
+    place of the two-token-tile swaps the model picks, past SWAP_THREE_TILES_MAX_M, for
+    k-loops shorter than ONE_WAVE_MIN_K_BLOCKS, on weights too small to fill the SMs,
+    or where the operands cannot swap."""
+    chosen = choose_config("sm90", m, n, k, 1, H200_SMS, can_swap=True)
+    assert chosen.swap_ab and (chosen.tile_m, chosen.tile_n, chosen.split_k) == (256, width, 1), chosen
+    cfg.make_spec("sm90", "bf16", "bf16", "k", "k", "n", chosen)  # its accumulators fit
+
+    def three_token_tiles(m, n, k, can_swap=True):
+        c = choose_config("sm90", m, n, k, 1, H200_SMS, can_swap=can_swap)
+        return c.swap_ab and c.tile_m == 256
+
+    assert not three_token_tiles(m, n, k, can_swap=False)
+    assert not three_token_tiles(SWAP_THREE_TILES_MAX_M + 16, n, k)
+    assert not three_token_tiles(m, n, (ONE_WAVE_MIN_K_BLOCKS - 1) * 64)
+    assert not three_token_tiles(m, 6144, k)
+    # A swap of two 160-wide token tiles in 1x2 clusters stays.
+    assert not three_token_tiles(320, 10240, 8192)
 
 
 def test_two_rows_of_192_row_tiles_leave_the_swaps_the_model_picks():

@@ -200,6 +200,22 @@ SWAP_FOUR_TILES_MAX_M = 448
 TALL_TILES_GAIN = 1.2
 SWAP_TALL_TILES_MAX_M = 192
 SWAP_TALL_TILE_M = (192, 256)
+# Three token tiles fitted to the tokens beside 256-row weight tiles, where those make
+# one wave of unsplit k-loops of at least ONE_WAVE_MIN_K_BLOCKS, rated TALL_TILES_GAIN
+# faster too, in place of a plain plan (after the swap decision, as the plain tall
+# tiles): cuBLAS runs 256x96 and 256x112 tiles at M = 272-336 on 10240- and 11008-row
+# weights (40 or 43 weight tiles times three token tiles: 120 or 129 CTAs). Measured
+# (benchmarks/NOTES.md section 42, ``results/swap_three_token_tiles_ab.json.gz``): on
+# the 17 shapes where the model picks them, 1.16x faster than the plain plans before in
+# single calls and 1.13x in graph replays (0.84x -> 0.98x of cuBLAS; 288x11008x4096:
+# 40.2 us against 49.9 and cuBLAS's 38.4). Not in place of two swapped token tiles in
+# 1x2 clusters, which they displaced 0.98x slower (12 shapes; 320x10240x28672 0.93x),
+# nor past M = 336 (three 128-wide token tiles at M = 352-384 ran level or slower:
+# 368x10240x14336 0.94x), nor on 6144- and 7168-row weights, whose 72-84 CTAs ran
+# 0.75-0.78x of the default.
+SWAP_THREE_TILES_MIN_M = 257
+SWAP_THREE_TILES_MAX_M = 336
+SWAP_THREE_TILES_WEIGHT_TILE_M = 256
 SWAP_MAX_M = max(SWAP_TWO_TILES_MAX_M, SWAP_FOUR_TILES_MAX_M)
 PLAIN_TILE_N = (256, 224, 192, 160, 128, 96, 64)
 # Past the swaps' M, 128-row tiles may also take the odd multiples of 16 between those
@@ -343,7 +359,10 @@ def ranked_sm90_configs(m: int, n: int, k: int, batches: int, sm_count: int, can
     to ``SWAP_TWO_TILES_MAX_M``, where two N tiles hold them with less padding than
     128-row M tiles, and up to ``SWAP_FOUR_TILES_MAX_M``, where four N tiles and the
     weight's 128-row tiles make one wave (up to ``SWAP_TALL_TILES_MAX_M`` also one N
-    tile beside the weight's 192- or 256-row tiles in one wave).
+    tile beside the weight's 192- or 256-row tiles in one wave). Where the swap is declined,
+    tall tiles may still displace the plain plan: two rows of plain 192-row tiles
+    (``PLAIN_TALL_TILE_M``) or three token tiles beside 256-row weight tiles
+    (``SWAP_THREE_TILES_MIN_M``).
     """
     ranked = _plain_candidates(m, n, k, batches, sm_count, model)
     if can_swap and batches == 1 and m <= SWAP_MAX_M:
@@ -351,9 +370,15 @@ def ranked_sm90_configs(m: int, n: int, k: int, batches: int, sm_count: int, can
         # Swap only for a clear gain: the transposed views cost host time on every call.
         if swapped and swapped[0][0] < SWAP_AB_MIN_GAIN * ranked[0][0]:
             return _break_ties(ranked + swapped)
-    # After the swap is decided: tall tiles were measured faster than the plain plans
-    # they displace, and slower than the swaps (see PLAIN_TALL_TILE_M).
-    return _break_ties(ranked + _two_rows_of_tall_tiles(m, n, k, batches, sm_count, model))
+    # After the swap is decided: tall tiles, plain or beside three token tiles, were
+    # measured faster than the plain plans they displace and slower than the swaps
+    # (PLAIN_TALL_TILE_M, SWAP_THREE_TILES_MIN_M).
+    ranked = _break_ties(ranked + _two_rows_of_tall_tiles(m, n, k, batches, sm_count, model))
+    if can_swap and batches == 1:
+        three = sorted(_three_token_tiles_on_tall_weight_tiles(m, n, k, sm_count, model), key=lambda item: item[0])
+        if three and three[0][0] < SWAP_AB_MIN_GAIN * ranked[0][0]:
+            return _break_ties(ranked + three)
+    return ranked
 
 
 def candidates_to_time(m: int, n: int, k: int, batches: int, sm_count: int, can_swap: bool, count: int,
@@ -553,6 +578,21 @@ def _one_token_tile_on_tall_weight_tiles(m, n, k, sm_count, model):
     measured = _rates_scaled(model, TALL_TILES_GAIN, "mma_flops_per_sm", "sm_hbm_bytes_per_s",
                              "sm_l2_bytes_per_s", "l2_bytes_per_s")
     return _unsplit_swaps(m, n, k, sm_count, one_wave, fitted_token_tile(m, 1), measured)
+
+
+def _three_token_tiles_on_tall_weight_tiles(m, n, k, sm_count, model):
+    """Swapped candidates whose three token tiles (fitted to ``m``, from
+    ``SWAP_THREE_TILES_MIN_M`` to ``SWAP_THREE_TILES_MAX_M`` tokens) sit beside
+    ``SWAP_THREE_TILES_WEIGHT_TILE_M``-row weight tiles, alone or paired along the
+    weight (sharing a token tile), in one wave of unsplit k-loops of at least
+    ``ONE_WAVE_MIN_K_BLOCKS``; their rates taken ``TALL_TILES_GAIN`` times ``model``'s."""
+    if not SWAP_THREE_TILES_MIN_M <= m <= SWAP_THREE_TILES_MAX_M or ceil_div(k, TILE_K) < ONE_WAVE_MIN_K_BLOCKS:
+        return []
+    measured = _rates_scaled(model, TALL_TILES_GAIN, "mma_flops_per_sm", "sm_hbm_bytes_per_s",
+                             "sm_l2_bytes_per_s", "l2_bytes_per_s")
+    swaps = _unsplit_swaps(m, n, k, sm_count, (SWAP_THREE_TILES_WEIGHT_TILE_M,), fitted_token_tile(m, 3), measured)
+    return [(seconds, c) for seconds, c in swaps
+            if TileGrid.for_problem(n, m, 1, c).units <= resident_clusters(sm_count, c.cluster_size)]
 
 
 def _rates_scaled(model: ThroughputModel, gain: float, *rates: str) -> ThroughputModel:
