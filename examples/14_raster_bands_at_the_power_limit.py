@@ -137,7 +137,8 @@ def policy() -> None:
 
 
 def per_clock_or_clock() -> None:
-    profiled = {k["label"].split(" (")[0]: k["metrics"] for k in json.loads(gzip.decompress(TRAFFIC.read_bytes()))["kernels"]}
+    traffic = json.loads(gzip.decompress(TRAFFIC.read_bytes()))
+    profiled = {k["label"].split(" (")[0]: k["metrics"] for k in traffic["kernels"]}
     sustained = json.loads(gzip.open(POWER).read())["shapes"][0]["sustained"]
     print(f"\n5. {M}x{N}x{K}: ms at locked clocks (ncu) beside MHz and W back to back (first round, last):")
     for label, name in (("torch.matmul", "torch.matmul"), ("wsgemm default", "wsgemm"),

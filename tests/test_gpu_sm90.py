@@ -410,6 +410,7 @@ def test_the_default_path_runs_two_rows_of_192_row_tiles_in_pairs():
     assert plan.mode != "swap" and (config.tile_m, config.tile_n, config.cluster_m) == (192, 96, 2), plan
     check(run(a, w.t()), a, w.t())
 
+
 def test_results_are_deterministic():
     a, b = rand(1536, 1536), rand(1536, 1536)
     first = wsgemm.gemm(a, b)

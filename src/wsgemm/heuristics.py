@@ -518,7 +518,7 @@ def _two_rows_of_tall_tiles(m, n, k, batches, sm_count, model):
     if not 2 * 128 < m <= 2 * PLAIN_TALL_TILE_M or batches != 1 or ceil_div(k, TILE_K) < ONE_WAVE_MIN_K_BLOCKS:
         return []
     # At most 192 columns: m64n192 is the widest wgmma under three warpgroups' registers.
-    widths = tuple(n for n in PLAIN_TILE_N + FITTED_PLAIN_TILE_N if PLAIN_TALL_TILES_MIN_N <= n <= 192)
+    widths = tuple(width for width in PLAIN_TILE_N + FITTED_PLAIN_TILE_N if PLAIN_TALL_TILES_MIN_N <= width <= 192)
     measured = _rates_scaled(model, TALL_TILES_GAIN, "mma_flops_per_sm", "sm_hbm_bytes_per_s",
                              "sm_l2_bytes_per_s", "l2_bytes_per_s")
     slots = {size: resident_clusters(sm_count, size) for size in (1, 2)}
