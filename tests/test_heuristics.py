@@ -405,12 +405,14 @@ def test_past_the_swaps_128_row_tiles_take_fitted_widths_where_they_fit_the_wave
 
 def test_the_autotuner_times_two_tile_swaps_that_hold_the_calls_tokens():
     """Past M = 128 the autotuner's swapped candidates hold the call's own M in two
-    token tiles, as the default path's do, not the bucket's largest M (512 here); a
-    swapped winner serves the bucket's M up to what its tiles hold, the model past it."""
+    token tiles (or three beside 256-row weight tiles), as the default path's do, not
+    the bucket's largest M (512 here); a swapped winner serves the bucket's M up to
+    what its tiles hold, the model past it."""
     candidates = candidates_to_time(300, 8192, 8192, 1, H200_SMS, True, 12, tokens_up_to=512)
     swapped = [c for c in candidates if c.swap_ab]
     assert swapped and len(candidates) == 12
-    assert all(c.tile_n < 300 <= c.tile_n * c.cluster_n for c in swapped)
+    assert all(c.tile_n < 300 <= c.tile_n * c.cluster_n for c in swapped if c.tile_m < 256)
+    assert all(c.tile_n == 112 for c in swapped if c.tile_m == 256)  # three tiles fitted to 300
     assert not any(c.swap_ab for c in candidates_to_time(300, 8192, 8192, 1, H200_SMS, False, 12))
     assert not any(c.swap_ab for c in candidates_to_time(400, 8192, 8192, 1, H200_SMS, True, 12, tokens_up_to=512))
     winner = cfg.GemmConfig(tile_m=128, tile_n=160, cluster_n=2, swap_ab=True)
@@ -524,6 +526,16 @@ def test_three_token_tiles_beside_256_row_weight_tiles_in_place_of_a_plain_plan(
     assert not three_token_tiles(m, 6144, k)
     # A swap of two 160-wide token tiles in 1x2 clusters stays.
     assert not three_token_tiles(320, 10240, 8192)
+
+
+@pytest.mark.parametrize("m, n, k", [(384, 6144, 4096), (288, 11008, 4096)])
+def test_the_autotuner_times_the_tall_tiles_the_default_path_may_pick(m, n, k):
+    """Tall tiles are weighed after the swap decision (NOTES sections 41-42); the
+    autotuner's candidates hold them too, so it never times only plans slower than
+    the default."""
+    chosen = choose_config("sm90", m, n, k, 1, H200_SMS, can_swap=True)
+    assert chosen.tile_m in (192, 256), chosen
+    assert chosen in candidates_to_time(m, n, k, 1, H200_SMS, True, 12)
 
 
 def test_two_rows_of_192_row_tiles_leave_the_swaps_the_model_picks():

@@ -396,12 +396,17 @@ def candidates_to_time(m: int, n: int, k: int, batches: int, sm_count: int, can_
     not just ``m``. Past it, up to ``SWAP_MAX_M``, they hold ``m``'s tokens in two or
     four tiles, as the default path's swaps do; at an M of the bucket that needs more
     token tiles than the winner was timed with, :func:`table_winner_or_model` serves
-    the model's pick instead.
+    the model's pick instead. The tall tiles that :func:`ranked_sm90_configs` weighs
+    only after its swap decision are candidates here too, so that the default path's
+    plan is among those timed.
     """
-    plain = _plain_candidates(m, n, k, batches, sm_count, model)
+    plain = _break_ties(_plain_candidates(m, n, k, batches, sm_count, model)
+                        + _two_rows_of_tall_tiles(m, n, k, batches, sm_count, model))
     swaps = can_swap and batches == 1 and m <= SWAP_MAX_M
     tokens = max(m, min(tokens_up_to or m, SWAP_AB_MAX_M)) if m <= SWAP_AB_MAX_M else m
     swapped = _swapped_candidates(tokens, n, k, sm_count, model) if swaps else []
+    three = _three_token_tiles_on_tall_weight_tiles(m, n, k, sm_count, model) if swaps else []
+    swapped = _break_ties(swapped + three) if three else swapped
     if not swapped:
         banded = _banded_variant(plain[0][1], m, n, batches, sm_count)
         return _diverse(plain, count - 1) + [banded] if banded else _diverse(plain, count)
