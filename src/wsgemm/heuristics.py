@@ -367,18 +367,23 @@ def ranked_sm90_configs(m: int, n: int, k: int, batches: int, sm_count: int, can
     ranked = _plain_candidates(m, n, k, batches, sm_count, model)
     if can_swap and batches == 1 and m <= SWAP_MAX_M:
         swapped = _swapped_candidates(m, n, k, sm_count, model)
-        # Swap only for a clear gain: the transposed views cost host time on every call.
-        if swapped and swapped[0][0] < SWAP_AB_MIN_GAIN * ranked[0][0]:
+        if swapped and _swap_pays(swapped, ranked):
             return _break_ties(ranked + swapped)
     # After the swap is decided: tall tiles, plain or beside three token tiles, were
     # measured faster than the plain plans they displace and slower than the swaps
     # (PLAIN_TALL_TILE_M, SWAP_THREE_TILES_MIN_M).
     ranked = _break_ties(ranked + _two_rows_of_tall_tiles(m, n, k, batches, sm_count, model))
     if can_swap and batches == 1:
-        three = sorted(_three_token_tiles_on_tall_weight_tiles(m, n, k, sm_count, model), key=lambda item: item[0])
-        if three and three[0][0] < SWAP_AB_MIN_GAIN * ranked[0][0]:
+        three = _three_token_tiles_on_tall_weight_tiles(m, n, k, sm_count, model)
+        if three and _swap_pays(three, ranked):
             return _break_ties(ranked + three)
     return ranked
+
+
+def _swap_pays(swapped, plain) -> bool:
+    """The fastest of ``swapped`` beats the fastest of ``plain`` by ``SWAP_AB_MIN_GAIN``:
+    the transposed views cost host time on every call, so swap only for a clear gain."""
+    return min(seconds for seconds, _ in swapped) < SWAP_AB_MIN_GAIN * min(seconds for seconds, _ in plain)
 
 
 def candidates_to_time(m: int, n: int, k: int, batches: int, sm_count: int, can_swap: bool, count: int,
@@ -524,13 +529,10 @@ def _two_rows_of_tall_tiles(m, n, k, batches, sm_count, model):
         return []
     # At most 192 columns: m64n192 is the widest wgmma under three warpgroups' registers.
     widths = tuple(width for width in PLAIN_TILE_N + FITTED_PLAIN_TILE_N if PLAIN_TALL_TILES_MIN_N <= width <= 192)
-    measured = _rates_scaled(model, TALL_TILES_GAIN, "mma_flops_per_sm", "sm_hbm_bytes_per_s",
-                             "sm_l2_bytes_per_s", "l2_bytes_per_s")
-    slots = {size: resident_clusters(sm_count, size) for size in (1, 2)}
+    measured = _tall_tile_rates(model)
     return [(seconds, c) for seconds, c in _candidates(m, n, k, 1, sm_count, (PLAIN_TALL_TILE_M,), widths, False,
                                                        measured)
-            if c.split_k == 1 and c.cluster_n == 1
-            and TileGrid.for_problem(m, n, 1, c).units <= slots[c.cluster_size]]
+            if c.split_k == 1 and c.cluster_n == 1 and _in_one_wave(m, n, c, sm_count)]
 
 
 def _swapped_candidates(m, n, k, sm_count, model):
@@ -580,8 +582,7 @@ def _one_token_tile_on_tall_weight_tiles(m, n, k, sm_count, model):
     one_wave = tuple(rows for rows in SWAP_TALL_TILE_M if ceil_div(n, rows) <= sm_count)
     if not one_wave:
         return []
-    measured = _rates_scaled(model, TALL_TILES_GAIN, "mma_flops_per_sm", "sm_hbm_bytes_per_s",
-                             "sm_l2_bytes_per_s", "l2_bytes_per_s")
+    measured = _tall_tile_rates(model)
     return _unsplit_swaps(m, n, k, sm_count, one_wave, fitted_token_tile(m, 1), measured)
 
 
@@ -593,11 +594,22 @@ def _three_token_tiles_on_tall_weight_tiles(m, n, k, sm_count, model):
     ``ONE_WAVE_MIN_K_BLOCKS``; their rates taken ``TALL_TILES_GAIN`` times ``model``'s."""
     if not SWAP_THREE_TILES_MIN_M <= m <= SWAP_THREE_TILES_MAX_M or ceil_div(k, TILE_K) < ONE_WAVE_MIN_K_BLOCKS:
         return []
-    measured = _rates_scaled(model, TALL_TILES_GAIN, "mma_flops_per_sm", "sm_hbm_bytes_per_s",
-                             "sm_l2_bytes_per_s", "l2_bytes_per_s")
+    measured = _tall_tile_rates(model)
     swaps = _unsplit_swaps(m, n, k, sm_count, (SWAP_THREE_TILES_WEIGHT_TILE_M,), fitted_token_tile(m, 3), measured)
-    return [(seconds, c) for seconds, c in swaps
-            if TileGrid.for_problem(n, m, 1, c).units <= resident_clusters(sm_count, c.cluster_size)]
+    return [(seconds, c) for seconds, c in swaps if _in_one_wave(n, m, c, sm_count)]
+
+
+def _tall_tile_rates(model: ThroughputModel) -> ThroughputModel:
+    """``model`` with every rate a tall tile (192 or 256 rows) uses ``TALL_TILES_GAIN``
+    times faster: swapped or plain, they ran that much faster than rated."""
+    return _rates_scaled(model, TALL_TILES_GAIN, "mma_flops_per_sm", "sm_hbm_bytes_per_s", "sm_l2_bytes_per_s",
+                         "l2_bytes_per_s")
+
+
+def _in_one_wave(kernel_m: int, kernel_n: int, config: GemmConfig, sm_count: int) -> bool:
+    """``config``'s clusters over the kernel's (``kernel_m``, ``kernel_n``) problem all run at once."""
+    return TileGrid.for_problem(kernel_m, kernel_n, 1, config).units <= resident_clusters(sm_count,
+                                                                                          config.cluster_size)
 
 
 def _rates_scaled(model: ThroughputModel, gain: float, *rates: str) -> ThroughputModel:
