@@ -15,6 +15,7 @@ Writes ``<out>/<name>.json`` and ``<out>/<name>.md``.
 from __future__ import annotations
 
 import argparse
+import gzip
 import json
 import platform
 import statistics
@@ -51,6 +52,13 @@ def rounded(value):
 def results_json(report: dict) -> str:
     """A results file's text: compact (no indentation), floats :func:`rounded`."""
     return json.dumps(rounded(report), separators=(",", ":")) + "\n"
+
+
+def write_results_gz(path: Path, report: dict) -> None:
+    """Write ``report`` as :func:`results_json` gzipped to ``path`` (``<name>.json.gz``):
+    the small reports that only their ``.md`` tables and the examples read are kept
+    so, to hold the tree under its 2 MiB limit."""
+    path.write_bytes(gzip.compress(results_json(report).encode(), mtime=0))
 
 
 def gpu_state() -> dict:

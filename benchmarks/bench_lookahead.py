@@ -16,14 +16,13 @@ Stage counts run from 2 to the most that fit in shared memory for the tile.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_gemm import environment, gpu_state, summarize, time_interleaved  # noqa: E402
+from bench_gemm import environment, gpu_state, summarize, time_interleaved, write_results_gz  # noqa: E402
 
 import wsgemm  # noqa: E402
 import wsgemm.timing  # noqa: E402
@@ -117,7 +116,7 @@ def main(argv=None) -> int:
     report["gpu_after"] = gpu_state()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "lookahead_ablation.json").write_text(json.dumps(report, indent=2) + "\n")
+    write_results_gz(out / "lookahead_ablation.json.gz", report)
     (out / "lookahead_ablation.md").write_text(markdown(report))
     print(markdown(report))
     return 0

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import statistics
 import sys
 import time
@@ -22,7 +21,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_gemm import environment  # noqa: E402
+from bench_gemm import environment, write_results_gz  # noqa: E402
 
 import wsgemm  # noqa: E402
 import wsgemm.fast_path  # noqa: E402
@@ -112,7 +111,7 @@ def main(argv=None) -> int:
     lines += ["", "Regenerate: `python benchmarks/bench_overhead.py`"]
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "host_overhead.json").write_text(json.dumps(report, indent=2) + "\n")
+    write_results_gz(out / "host_overhead.json.gz", report)
     (out / "host_overhead.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
     return 0

@@ -12,13 +12,14 @@ Python context object); ``wsgemm.fast_path`` does them in C++
 Shown three ways, on this machine's CPU with stand-in plans (no GPU needed): the
 lookup, Python key against C++ key; the autograd node, ``autograd.Function`` against
 the C++ node, and what autograd sees of it; then the H200's numbers for whole calls,
-read from the committed benchmarks/results/host_overhead.json
+read from the committed benchmarks/results/host_overhead.json.gz
 (benchmarks/NOTES.md section 28).
 
 Needs: any machine (a C++ compiler builds the fast path the first time, ~15 s).
 Run:   python examples/13_what_a_call_costs_on_the_host.py
 """
 
+import gzip
 import json
 import statistics
 import time
@@ -93,8 +94,8 @@ def the_autograd_node(module) -> None:
 
 
 def the_h200_numbers() -> None:
-    print("3. Whole calls on the H200's host (benchmarks/results/host_overhead.json, 64x64x64, bf16):")
-    rows = json.loads((RESULTS / "host_overhead.json").read_text())["rows"]["64x64x64"]
+    print("3. Whole calls on the H200's host (benchmarks/results/host_overhead.json.gz, 64x64x64, bf16):")
+    rows = json.loads(gzip.decompress((RESULTS / "host_overhead.json.gz").read_bytes()))["rows"]["64x64x64"]
     us = {name: row["median_us"] for name, row in rows.items()}
     for call, ours, without, theirs in (
         ("a new result", "wsgemm.gemm(a, w.t())", "wsgemm.gemm(a, w.t()), without the fast path",
