@@ -411,6 +411,16 @@ def test_the_default_path_runs_two_rows_of_192_row_tiles_in_pairs():
     check(run(a, w.t()), a, w.t())
 
 
+@pytest.mark.parametrize("m, n, k, width", [(40, 10000, 4104, 80), (56, 6000, 8200, 48), (48, 3000, 2056, 32)])
+def test_the_default_path_runs_one_tile_row_in_columns_that_fill_a_wave(m, n, k, width):
+    # One 64-row tile row, its last columns and k-block ragged: 125, 125 and 94 CTAs.
+    a, w = rand(m, k), rand(n, k)
+    plan = wsgemm.api.make_plan(a, w.t(), None, None, None)
+    config = plan.spec.config
+    assert plan.mode == "direct" and (config.tile_m, config.tile_n, config.split_k) == (64, width, 1), plan
+    check(run(a, w.t()), a, w.t())
+
+
 def test_results_are_deterministic():
     a, b = rand(1536, 1536), rand(1536, 1536)
     first = wsgemm.gemm(a, b)

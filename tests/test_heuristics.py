@@ -6,6 +6,7 @@ from wsgemm import config as cfg
 from wsgemm.heuristics import (
     BAND_CLUSTERS,
     H200,
+    PLAIN_TILE_N,
     ONE_WAVE_MIN_K_BLOCKS,
     SPARE_EPILOGUE_BUFFERS,
     SWAP_TALL_TILES_MAX_M,
@@ -15,7 +16,9 @@ from wsgemm.heuristics import (
     SWAP_TWO_TILES_MIN_K_BLOCKS,
     _swapped_candidates,
     _tile_seconds,
+    _widths_filling_waves,
     candidates_to_time,
+    ceil_div,
     choose_config,
     estimate_seconds,
     pingpong_variant,
@@ -543,6 +546,19 @@ def test_two_rows_of_192_row_tiles_leave_the_swaps_the_model_picks():
     192x160 tiles (NOTES section 41): the swap decision comes first."""
     chosen = choose_config("sm90", 320, 10240, 8192, 1, H200_SMS, can_swap=True)
     assert chosen.swap_ab and chosen.tile_n == 160, chosen
+
+
+@pytest.mark.parametrize("m, n, k, width", [(40, 10240, 4096, 80), (48, 3072, 2048, 32), (56, 6144, 8192, 48),
+                                            (40, 13824, 4096, 112), (64, 22016, 14336, 176)])
+def test_one_tile_row_takes_the_width_whose_columns_fill_a_wave(m, n, k, width):
+    """Up to M = 64 the weight streams from HBM, and the tile columns set how many SMs
+    stream it: 10240 rows in 80-wide columns make 128 CTAs, in 160-wide ones 64 (NOTES
+    section 43). Not past M = 64, nor narrower than ONE_ROW_FITTED_MIN_N."""
+    chosen = choose_config("sm90", m, n, k, 1, H200_SMS, can_swap=True)
+    assert not chosen.swap_ab and (chosen.tile_m, chosen.tile_n, chosen.split_k) == (64, width, 1), chosen
+    assert ceil_div(n, width) <= H200_SMS < ceil_div(n, width - 16)
+    assert choose_config("sm90", 80, n, k, 1, H200_SMS).tile_n in PLAIN_TILE_N
+    assert _widths_filling_waves(2048, 1, H200_SMS) == ()  # 16 wide: below ONE_ROW_FITTED_MIN_N
 
 
 @pytest.mark.parametrize("m, k, width", [(300, 4096, 80), (352, 14336, 96), (440, 8192, 112)])

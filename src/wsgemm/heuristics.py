@@ -227,6 +227,15 @@ PLAIN_TILE_N = (256, 224, 192, 160, 128, 96, 64)
 # displaced better swaps), nor for 64-row tiles (1.005x on 8).
 FITTED_PLAIN_TILE_N = tuple(n for n in reversed(SM90_TILE_N) if min(PLAIN_TILE_N) < n < max(PLAIN_TILE_N)
                             and n not in PLAIN_TILE_N)
+# Up to M = 64 (one 64-row tile row) the weight streams from HBM, and the tile columns
+# set how many SMs stream it: 64x160 tiles give a 10240-row weight 64 CTAs on 132 SMs,
+# 64x80 tiles 128. There the plain tiles also take the widths whose columns fill one
+# or two waves (``_widths_filling_waves``), as cuBLAS's do (64x48 at 48x6144x4096,
+# 64x32 at 64x4096x4096). Measured on 25 shapes of M = 24-64 whose plan changed: 1.035x
+# faster in single calls, 1.065x in graph replays, 0.969x -> 1.003x of cuBLAS, none
+# 3 % slower (benchmarks/NOTES.md section 43). Narrower than ONE_ROW_FITTED_MIN_N
+# columns was not measured.
+ONE_ROW_FITTED_MIN_N = 32
 # Plain 192-row tiles where two of them hold M's rows and 128-row tiles would take
 # three (M = 257-384), paired along M by a 2x1 cluster that multicasts the weight
 # tile, in one wave of unsplit k-loops of at least ONE_WAVE_MIN_K_BLOCKS; rated
@@ -515,9 +524,22 @@ def _plain_candidates(m, n, k, batches, sm_count, model):
     # faster than its 128-row picks (benchmarks/NOTES.md section 24).
     tile_ms = (64,) if m <= 64 else (64, 128) if m <= 1024 else (128,)
     ranked = list(_candidates(m, n, k, batches, sm_count, tile_ms, PLAIN_TILE_N, False, model))
+    if m <= 64:  # ONE_ROW_FITTED_MIN_N
+        ranked += _candidates(m, n, k, batches, sm_count, (64,), _widths_filling_waves(n, batches, sm_count), False,
+                              model)
     if m > SWAP_TWO_TILES_MAX_M and 128 in tile_ms:
         ranked += _candidates(m, n, k, batches, sm_count, (128,), FITTED_PLAIN_TILE_N, False, model)
     return _break_ties(ranked)
+
+
+def _widths_filling_waves(n, batches, sm_count):
+    """The narrowest tile widths (multiples of 16, at least ``ONE_ROW_FITTED_MIN_N``)
+    whose columns of one tile row, over ``batches``, make at most one or two waves;
+    those ``PLAIN_TILE_N`` already holds left out."""
+    widths = {ceil_div(ceil_div(n * batches, waves * sm_count), SM90_TILE_N_STEP) * SM90_TILE_N_STEP
+              for waves in (1, 2)}
+    return tuple(sorted(width for width in widths
+                        if ONE_ROW_FITTED_MIN_N <= width <= max(SM90_TILE_N) and width not in PLAIN_TILE_N))
 
 
 def _two_rows_of_tall_tiles(m, n, k, batches, sm_count, model):
