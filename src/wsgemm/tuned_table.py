@@ -1,6 +1,6 @@
 """Measured best configurations per autotune shape bucket (generated; do not edit).
 
-Source: benchmarks/results/autotune_h200_c.json.gz, benchmarks/results/autotune_h200_d.json.gz, benchmarks/results/autotune_h200_e.json.gz, benchmarks/results/autotune_h200_f.json.gz, benchmarks/results/autotune_h200_g.json.gz; superseded where they timed a bucket by benchmarks/results/autotune_h200_i.json.gz, benchmarks/results/autotune_h200_j.json.gz, benchmarks/results/autotune_h200_q.json.gz, benchmarks/results/autotune_h200_r_sustained.json.gz, by benchmarks/tuned_table.py. Keys are
+Source: benchmarks/results/autotune_h200_c.json.gz, benchmarks/results/autotune_h200_d.json.gz, benchmarks/results/autotune_h200_e.json.gz, benchmarks/results/autotune_h200_f.json.gz, benchmarks/results/autotune_h200_g.json.gz; superseded where they timed a bucket by benchmarks/results/autotune_h200_i.json.gz, benchmarks/results/autotune_h200_j.json.gz, benchmarks/results/autotune_h200_q.json.gz, benchmarks/results/autotune_h200_r_sustained.json.gz, benchmarks/results/autotune_h200_s.json.gz, by benchmarks/tuned_table.py. Keys are
 ``wsgemm.autotune.bucket_key`` strings; values the non-default GemmConfig fields.
 """
 
@@ -69,12 +69,12 @@ MEASURED = {
     'NVIDIA H200|sm90|bf16->bf16|kkn|m<=512|n=6144|k=4096|l=1': {'cluster_m': 2, 'tile_n': 192},
     'NVIDIA H200|sm90|bf16->bf16|kkn|m<=512|n=8192|k=28672|l=1': {'cluster_m': 2},
     'NVIDIA H200|sm90|bf16->bf16|kkn|m<=512|n=8192|k=8192|l=1': {'cluster_m': 2},
-    'NVIDIA H200|sm90|bf16->bf16|kkn|m<=64|n=10240|k=8192|l=1': {'tile_m': 64, 'tile_n': 160},
+    'NVIDIA H200|sm90|bf16->bf16|kkn|m<=64|n=10240|k=8192|l=1': {'tile_m': 64, 'tile_n': 80},
     'NVIDIA H200|sm90|bf16->bf16|kkn|m<=64|n=28672|k=4096|l=1': {'tile_m': 64, 'tile_n': 224},
     'NVIDIA H200|sm90|bf16->bf16|kkn|m<=64|n=4096|k=14336|l=1': {'split_k': 2, 'swap_ab': True, 'tile_m': 64, 'tile_n': 64},
     'NVIDIA H200|sm90|bf16->bf16|kkn|m<=64|n=4096|k=4096|l=1': {'swap_ab': True, 'tile_m': 64, 'tile_n': 64},
     'NVIDIA H200|sm90|bf16->bf16|kkn|m<=64|n=57344|k=8192|l=1': {'tile_m': 64, 'tile_n': 160},
-    'NVIDIA H200|sm90|bf16->bf16|kkn|m<=64|n=6144|k=4096|l=1': {'tile_m': 64, 'tile_n': 96},
+    'NVIDIA H200|sm90|bf16->bf16|kkn|m<=64|n=6144|k=4096|l=1': {'tile_m': 64, 'tile_n': 48},
     'NVIDIA H200|sm90|bf16->bf16|kkn|m<=64|n=8192|k=28672|l=1': {'swap_ab': True, 'tile_m': 64, 'tile_n': 64},
     'NVIDIA H200|sm90|bf16->bf16|kkn|m<=64|n=8192|k=8192|l=1': {'swap_ab': True, 'tile_m': 64, 'tile_n': 64},
     'NVIDIA H200|sm90|bf16->bf16|kkn|m<=8192|n=28672|k=4096|l=1': {'cluster_m': 2, 'swizzle': 8},
