@@ -6,8 +6,8 @@ from wsgemm import config as cfg
 from wsgemm.heuristics import (
     BAND_CLUSTERS,
     H200,
-    PLAIN_TILE_N,
     ONE_WAVE_MIN_K_BLOCKS,
+    PLAIN_TILE_N,
     SPARE_EPILOGUE_BUFFERS,
     SWAP_TALL_TILES_MAX_M,
     SWAP_THREE_TILES_MAX_M,

@@ -233,8 +233,8 @@ FITTED_PLAIN_TILE_N = tuple(n for n in reversed(SM90_TILE_N) if min(PLAIN_TILE_N
 # or two waves (``_widths_filling_waves``), as cuBLAS's do (64x48 at 48x6144x4096,
 # 64x32 at 64x4096x4096). Measured on 25 shapes of M = 24-64 whose plan changed: 1.035x
 # faster in single calls, 1.065x in graph replays, 0.969x -> 1.003x of cuBLAS, none
-# 3 % slower (benchmarks/NOTES.md section 43). Narrower than ONE_ROW_FITTED_MIN_N
-# columns was not measured.
+# 3 % slower; on 22 held out 1.042x and 1.088x (benchmarks/NOTES.md section 43).
+# Narrower than ONE_ROW_FITTED_MIN_N columns was not measured.
 ONE_ROW_FITTED_MIN_N = 32
 # Plain 192-row tiles where two of them hold M's rows and 128-row tiles would take
 # three (M = 257-384), paired along M by a 2x1 cluster that multicasts the weight
@@ -524,7 +524,7 @@ def _plain_candidates(m, n, k, batches, sm_count, model):
     # faster than its 128-row picks (benchmarks/NOTES.md section 24).
     tile_ms = (64,) if m <= 64 else (64, 128) if m <= 1024 else (128,)
     ranked = list(_candidates(m, n, k, batches, sm_count, tile_ms, PLAIN_TILE_N, False, model))
-    if m <= 64:  # ONE_ROW_FITTED_MIN_N
+    if m <= 64:  # one tile row: widths that fill the waves (see ONE_ROW_FITTED_MIN_N)
         ranked += _candidates(m, n, k, batches, sm_count, (64,), _widths_filling_waves(n, batches, sm_count), False,
                               model)
     if m > SWAP_TWO_TILES_MAX_M and 128 in tile_ms:
