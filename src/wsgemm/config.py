@@ -483,6 +483,33 @@ def _check_sm100(config: GemmConfig) -> None:
                               f"the sm100 kernel takes {name}={off!r}")
 
 
+def sm90_registers_fit(config: GemmConfig) -> bool:
+    """Whether ``config``'s accumulators fit the SM90 register budget (the checks
+    ``make_spec`` runs), for planners that choose among tile shapes."""
+    return _sm90_register_problem(config) is None
+
+
+def _sm90_register_problem(config: GemmConfig) -> str | None:
+    """Why ``config``'s tile does not fit the registers, or ``None`` where it does."""
+    regs = sm90_register_budget(config)
+    if regs.accumulator_registers + SM90_CONSUMER_REGISTER_OVERHEAD > regs.consumer_registers:
+        return (
+            f"tile {config.tile_m}x{config.tile_n} needs {regs.accumulator_registers} accumulator "
+            f"registers per consumer thread; with {regs.consumer_registers} registers per consumer "
+            f"thread at most {regs.consumer_registers - SM90_CONSUMER_REGISTER_OVERHEAD} fit; "
+            "use a smaller tile_n" + (" or tile_m, or pingpong=False" if config.pingpong else "")
+        )
+    if regs.wgmma_accumulator_registers + SM90_WGMMA_LIVE_REGISTERS > regs.launch_registers:
+        return (
+            f"tile {config.tile_m}x{config.tile_n}: one m64n{config.tile_n} wgmma holds "
+            f"{regs.wgmma_accumulator_registers} accumulator registers per thread; with "
+            f"{1 + consumer_warpgroups(config)} warpgroups ptxas compiles the kernel under "
+            f"{regs.launch_registers} registers, of which at most "
+            f"{regs.launch_registers - SM90_WGMMA_LIVE_REGISTERS} can be one wgmma's; use a smaller tile_n"
+        )
+    return None
+
+
 def _check_sm90(config: GemmConfig) -> None:
     _check_choice("tile_m", config.tile_m, SM90_TILE_M)
     _check_choice("tile_n", config.tile_n, SM90_TILE_N)
@@ -492,22 +519,9 @@ def _check_sm90(config: GemmConfig) -> None:
     if config.pingpong and config.tile_m > SM90_PINGPONG_MAX_TILE_M:
         raise ConfigError(f"pingpong=True with tile_m={config.tile_m}: a ping-pong warpgroup holds a whole tile, "
                           f"at most {SM90_PINGPONG_MAX_TILE_M} rows; pass pingpong=False or a smaller tile_m")
-    regs = sm90_register_budget(config)
-    if regs.accumulator_registers + SM90_CONSUMER_REGISTER_OVERHEAD > regs.consumer_registers:
-        raise ConfigError(
-            f"tile {config.tile_m}x{config.tile_n} needs {regs.accumulator_registers} accumulator "
-            f"registers per consumer thread; with {regs.consumer_registers} registers per consumer "
-            f"thread at most {regs.consumer_registers - SM90_CONSUMER_REGISTER_OVERHEAD} fit; "
-            "use a smaller tile_n" + (" or tile_m, or pingpong=False" if config.pingpong else "")
-        )
-    if regs.wgmma_accumulator_registers + SM90_WGMMA_LIVE_REGISTERS > regs.launch_registers:
-        raise ConfigError(
-            f"tile {config.tile_m}x{config.tile_n}: one m64n{config.tile_n} wgmma holds "
-            f"{regs.wgmma_accumulator_registers} accumulator registers per thread; with "
-            f"{1 + consumer_warpgroups(config)} warpgroups ptxas compiles the kernel under "
-            f"{regs.launch_registers} registers, of which at most "
-            f"{regs.launch_registers - SM90_WGMMA_LIVE_REGISTERS} can be one wgmma's; use a smaller tile_n"
-        )
+    problem = _sm90_register_problem(config)
+    if problem:
+        raise ConfigError(problem)
     if config.pingpong and config.has_workspace:
         # A piece of a tile would end in a partial-sum exchange through the workspace,
         # which both warpgroups of a tile join; a ping-pong tile has one.

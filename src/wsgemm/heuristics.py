@@ -19,7 +19,7 @@ import functools
 from dataclasses import dataclass
 
 from .config import (DEFAULT_MAX_STAGES, SM90_PINGPONG_MAX_TILE_M, SM90_TILE_N, SM90_TILE_N_STEP, GemmConfig,
-                     KernelSpec, Raster, smem_budget)
+                     KernelSpec, Raster, sm90_registers_fit, smem_budget)
 from .kernels.common import stream_k
 from .kernels.common.scheduler import TileGrid, ceil_div
 
@@ -549,8 +549,9 @@ def _two_rows_of_tall_tiles(m, n, k, batches, sm_count, model):
     ``TALL_TILES_GAIN`` times ``model``'s. Unbatched only (as measured)."""
     if not 2 * 128 < m <= 2 * PLAIN_TALL_TILE_M or batches != 1 or ceil_div(k, TILE_K) < ONE_WAVE_MIN_K_BLOCKS:
         return []
-    # At most 192 columns: m64n192 is the widest wgmma under three warpgroups' registers.
-    widths = tuple(width for width in PLAIN_TILE_N + FITTED_PLAIN_TILE_N if PLAIN_TALL_TILES_MIN_N <= width <= 192)
+    # Three warpgroups' registers hold at most m64n192 (``config.sm90_registers_fit``).
+    widths = tuple(width for width in PLAIN_TILE_N + FITTED_PLAIN_TILE_N if PLAIN_TALL_TILES_MIN_N <= width
+                   and sm90_registers_fit(GemmConfig(tile_m=PLAIN_TALL_TILE_M, tile_n=width)))
     measured = _tall_tile_rates(model)
     return [(seconds, c) for seconds, c in _candidates(m, n, k, 1, sm_count, (PLAIN_TALL_TILE_M,), widths, False,
                                                        measured)
