@@ -16,8 +16,9 @@ For the model's own ranking: ``--model-top N`` adds, per shape, the throughput
 model's N best configurations and the other cluster shape of each (2x1 for 1x1 and
 back), launched as the default path would launch them (``heuristics.as_launched``);
 ``--default-twins 1x1,1x2`` adds the default path's configuration with other
-clusters; ``--policy NAME=VALUE`` (repeatable) adds the default path as planned with
-a constant of ``wsgemm.heuristics`` set to VALUE (e.g. ``SOLO_TILE_MIN_FILL=0.7``);
+clusters, ``--default-stages 4,6`` with other ring depths; ``--policy NAME=VALUE``
+(repeatable) adds the default path as planned with a constant of
+``wsgemm.heuristics`` set to VALUE (e.g. ``SOLO_TILE_MIN_FILL=0.7``);
 ``--graph`` also times every implementation in CUDA-graph replays of
 back-to-back calls (``wsgemm.timing.time_graph_replays``, the autotuner's protocol for
 short kernels):
@@ -168,6 +169,18 @@ def in_base_package(config: GemmConfig):
     return lambda a, b: wsgemm_base.gemm(a, b, config=base_config)
 
 
+def default_variants(clusters: str, depths: str) -> dict:
+    """f(a, b) per label: the default path's configuration with other clusters
+    (``--default-twins 1x1,1x2``) or other ring depths (``--default-stages 4,6``)."""
+    variants = {}
+    for cluster in filter(None, clusters.split(",")):
+        cm, cn = (int(v) for v in cluster.split("x"))
+        variants[f"default c{cm}x{cn}"] = default_config_with(cluster_m=cm, cluster_n=cn)
+    for depth in filter(None, depths.split(",")):
+        variants[f"default s{int(depth)}"] = default_config_with(stages=int(depth))
+    return variants
+
+
 def as_ab_call(candidate):
     """f(a, b) of a sweep candidate: a GemmConfig, None (the default path) or another
     package's f(a, b)."""
@@ -274,12 +287,15 @@ def main(argv=None) -> int:
                         "(repeatable; one candidate each)")
     p.add_argument("--default-twins", default="",
                    help="also time the default path's config with these clusters, e.g. 1x1,1x2")
+    p.add_argument("--default-stages", default="",
+                   help="also time the default path's config with these ring depths, e.g. 4,6,8")
     p.add_argument("--graph", action="store_true", help="also time CUDA-graph replays of back-to-back calls")
     p.add_argument("--reps", type=int, default=20)
     p.add_argument("--name", default="sweep_8192_bf16")
     p.add_argument("--out", default=str(Path(__file__).parent / "results"))
     args = p.parse_args(argv)
-    asked_other = args.tiles or args.default or args.base or args.model_top or args.default_twins or args.policy
+    asked_other = (args.tiles or args.default or args.base or args.model_top or args.default_twins
+                   or args.default_stages or args.policy)
     hand_picked = args.set or (None if asked_other else "8192")
     candidates = dict(HAND_PICKED[hand_picked]) if hand_picked else {}
     grid_configs = grid(args.tiles, args.clusters, args.splits, args.stages, args.swap, args.swizzles,
@@ -297,9 +313,7 @@ def main(argv=None) -> int:
     for setting in args.policy:
         name, value = policy_setting(setting, p.error)
         candidates[f"default {name}={value!r}"] = default_config_with(policy={name: value})
-    for cluster in filter(None, args.default_twins.split(",")):
-        cm, cn = (int(v) for v in cluster.split("x"))
-        candidates[f"default c{cm}x{cn}"] = default_config_with(cluster_m=cm, cluster_n=cn)
+    candidates.update(default_variants(args.default_twins, args.default_stages))
     dtype = DTYPES[args.dtype]
     flush = wsgemm.timing.L2Flush()  # the autotuner's protocol
     shapes = parse_shapes(args.shapes)

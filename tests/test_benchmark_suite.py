@@ -384,6 +384,14 @@ def test_sweep_base_runs_a_config_by_its_non_default_fields(sweep, monkeypatch):
                                                       ("tile_m", 64))))
 
 
+def test_sweep_default_variants_change_clusters_or_ring_depth(sweep, monkeypatch):
+    monkeypatch.setattr(sweep, "default_config_with", lambda **changes: changes)
+    assert sweep.default_variants("1x1,1x2", "4,6") == {
+        "default c1x1": {"cluster_m": 1, "cluster_n": 1}, "default c1x2": {"cluster_m": 1, "cluster_n": 2},
+        "default s4": {"stages": 4}, "default s6": {"stages": 6}}
+    assert sweep.default_variants("", "") == {}
+
+
 def test_sweep_policy_settings_name_a_heuristics_constant_and_a_literal(sweep):
     assert sweep.policy_setting("SOLO_TILE_MIN_FILL=0.7", None) == ("SOLO_TILE_MIN_FILL", 0.7)
     assert sweep.policy_setting("PADDED_CLUSTER_MAX_ROWS=0", None) == ("PADDED_CLUSTER_MAX_ROWS", 0)
