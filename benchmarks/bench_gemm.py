@@ -15,7 +15,6 @@ Writes ``<out>/<name>.json`` and ``<out>/<name>.md``.
 from __future__ import annotations
 
 import argparse
-import gzip
 import json
 import platform
 import statistics
@@ -27,6 +26,9 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from result_files import write_text  # noqa: E402
+
 import wsgemm  # noqa: E402
 import wsgemm.timing  # noqa: E402
 
@@ -58,7 +60,7 @@ def write_results_gz(path: Path, report: dict) -> None:
     """Write ``report`` as :func:`results_json` gzipped to ``path`` (``<name>.json.gz``):
     the small reports that only their ``.md`` tables and the examples read are kept
     so, to hold the tree under its 2 MiB limit."""
-    path.write_bytes(gzip.compress(results_json(report).encode(), mtime=0))
+    write_text(path, results_json(report))
 
 
 def gpu_state() -> dict:

@@ -32,11 +32,13 @@ from __future__ import annotations
 import argparse
 import collections
 import csv
-import gzip
 import io
 import json
 import sys
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from result_files import read_bytes, write_text  # noqa: E402
 
 TOP_OPCODES = 16
 TOP_STALLED = 10
@@ -159,8 +161,7 @@ def main(argv=None) -> int:
     if (args.csv is None) == (args.raw is None):
         p.error("give the SASS page's CSV or --raw, one of them")
     path = args.raw or args.csv
-    raw = Path(path).read_bytes()
-    text = (gzip.decompress(raw) if path.endswith(".gz") else raw).decode()
+    text = read_bytes(path).decode()
     if args.raw:
         kernels = read_raw(text, [label for label in args.labels.split(",") if label])
     else:
@@ -171,8 +172,7 @@ def main(argv=None) -> int:
     report = {"note": args.note, "kernels": kernels}
     out = json.dumps(report, indent=1)
     if args.out:
-        data = (out + "\n").encode()
-        Path(args.out).write_bytes(gzip.compress(data, mtime=0) if args.out.endswith(".gz") else data)
+        write_text(args.out, out + "\n")
     else:
         print(out)
     return 0

@@ -11,12 +11,13 @@ writes ``suite_llm_decode.md`` and ``suite_llm_decode.png`` beside the JSON.
 from __future__ import annotations
 
 import argparse
-import gzip
 import io
-import json
 import math
 import sys
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from result_files import load_json  # noqa: E402
 
 REFERENCE = "torch.matmul"  # every ratio is against cuBLAS
 SUBJECT = "wsgemm"  # the implementation the peak columns are about
@@ -259,8 +260,7 @@ def render_plot(report: dict, path: Path) -> None:
 def read_report(json_path: Path) -> dict:
     """A suite result, from ``<name>.json`` or, as older ablations are kept to save
     space, gzipped ``<name>.json.gz``."""
-    raw = json_path.read_bytes()
-    return json.loads(gzip.decompress(raw) if json_path.suffix == ".gz" else raw)
+    return load_json(json_path)
 
 
 def write_outputs(report: dict, json_path: Path) -> tuple[Path, Path]:

@@ -19,7 +19,6 @@ problems on an SM90 GPU, as ``sustained.py`` times them.
 from __future__ import annotations
 
 import argparse
-import gzip
 import json
 import sys
 from pathlib import Path
@@ -27,6 +26,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import shapes  # noqa: E402
 import torch  # noqa: E402
+from result_files import write_text  # noqa: E402
 from suite import make_operands  # noqa: E402
 from sustained import parse_config, summary  # noqa: E402
 from tuned_table import load_run  # noqa: E402
@@ -101,7 +101,7 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     entries = entries_from([load_run(path) for path in args.reports], args.min_gain, args.single_tolerance)
     text = json.dumps(entries, indent=1, sort_keys=True) + "\n"
-    args.out.write_bytes(gzip.compress(text.encode()) if args.out.suffix == ".gz" else text.encode())
+    write_text(args.out, text)
     print(f"wrote {args.out}: {len(entries)} buckets")
     return 0
 

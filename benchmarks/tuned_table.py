@@ -13,13 +13,13 @@ differ from ``GemmConfig()``'s defaults are written.
 from __future__ import annotations
 
 import argparse
-import gzip
-import json
 import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "src"))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+from result_files import load_json  # noqa: E402
 
 TARGET = ROOT / "src" / "wsgemm" / "tuned_table.py"
 
@@ -49,8 +49,7 @@ def render(entries: dict, source: str) -> str:
 def load_run(path: Path) -> dict:
     """An autotune file, as written or gzipped (``.json.gz``: the committed results
     keep the repository small)."""
-    data = gzip.decompress(path.read_bytes()) if path.suffix == ".gz" else path.read_bytes()
-    return json.loads(data)
+    return load_json(path)
 
 
 SUPERSEDED_BY = "; superseded where they timed a bucket by "

@@ -589,6 +589,19 @@ def test_the_ncu_summary_counts_opcodes_and_stalls_per_kernel(tmp_path):
     assert b["top_opcodes"] == {"HGMMA": 50} and b["speed_of_light"] == {"duration": "53.57 us"}
 
 
+def test_result_files_are_plain_or_gzipped_by_their_name(tmp_path):
+    files = load("result_files")
+    report = {"shape": [512, 4096, 4096], "us": [25.5, 25.1, 26.0]}
+    for name in ("run.json", "run.json.gz"):
+        files.write_text(tmp_path / name, json.dumps(report))
+        assert files.load_json(tmp_path / name) == report
+    assert (tmp_path / "run.json").read_text() == json.dumps(report)
+    gzipped = (tmp_path / "run.json.gz").read_bytes()
+    assert gzipped[:2] == b"\x1f\x8b"
+    files.write_text(tmp_path / "run.json.gz", json.dumps(report))
+    assert (tmp_path / "run.json.gz").read_bytes() == gzipped  # no timestamp: same report, same bytes
+
+
 def test_clock_throttle_table_names_the_fastest_candidate_and_unsampled_phases():
     clock_throttle = load("clock_throttle")
 
