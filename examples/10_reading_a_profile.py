@@ -2,7 +2,7 @@
 
 Teaches: timings say that a kernel is slower, Nsight Compute's counters say where.
 This example reads the profiles committed in benchmarks/results/ (condensed from
-ncu's per-instruction SASS page by benchmarks/ncu_summary.py) and works three
+ncu's per-instruction SASS page by benchmarks/ncu_summary.py) and works four
 questions from them:
 
 1. At 8192x8192x256, the same tile and cluster as QuACK: which instructions did
@@ -11,6 +11,8 @@ questions from them:
 2. Where did the warps wait? The most stalled instructions and their reasons.
 3. At 8192^3, how much faster than cuBLAS could any kernel be? The tensor pipe's
    busy share, from the Speed Of Light section, bounds it.
+4. At 1024x1024x4096, where cuBLAS is 1.29x faster with the same tiles: do the
+   kernels move different bytes, or the same bytes differently? (section 44)
 
 docs/profiling.md tells the same story in prose, and how to take a profile on an
 H200 (``benchmarks/ncu_kernels.py`` under ``ncu``).
@@ -111,7 +113,30 @@ def part3() -> None:
           f"{cycles(cublas) / ideal:.2f}x cuBLAS at the same clock: 1.10x is out of reach.")
 
 
+def part4() -> None:
+    print("\n4. The same bytes, fewer requests at the L2 (1024x1024x4096, 64x128 tiles in pairs)\n")
+    profile = json.loads(gzip.decompress((RESULTS / "l2_requests_profile.json.gz").read_bytes()))
+    ours, cublas = profile["lrc_and_walks"]["1024x1024x4096"][:2]
+    rows = [("time (us)", "us", "{:.1f}"),
+            ("sectors the L2 sends to the GPCs (M)", "lrc_xbar2gpc_sectors_read", "{:.2f}"),
+            ("read requests the L2 slices see (M)", "lts_requests_tex_read", "{:.2f}"),
+            ("tensor pipe busy (%)", "tensor_active_pct", "{:.0f}")]
+    print(f"  {'':40s}{'wsgemm':>10s}{'cuBLAS':>10s}")
+    for label, key, fmt in rows:
+        scale = 1e6 if "(M)" in label else 1
+        print(f"  {label:40s}" + "".join(f"{fmt.format(k[key] / scale):>10s}" for k in (ours, cublas)))
+    # What the loads ask for: each CTA reads its 64 rows of A and its half of the
+    # 128-row weight tile per k-block, one 128-byte request per row.
+    asked = 128 * (4096 // 64) * (64 + 64)
+    print(f"\n  The loads ask for {asked / 1e6:.2f} M requests of 128 B (128 CTAs x 64 k-blocks x 128 rows).")
+    fewer = 1 - cublas["lts_requests_tex_read"] / ours["lts_requests_tex_read"]
+    print("  Both kernels get the same sectors from the L2, but cuBLAS's requests reach the")
+    print(f"  L2 slices {fewer:.0%} less often, and its tensor pipe waits less. 'Bytes moved' alone")
+    print("  would have called the two kernels equal.")
+
+
 if __name__ == "__main__":
     part1()
     part2()
     part3()
+    part4()
