@@ -693,10 +693,11 @@ def test_sustained_records_a_quoted_command_without_the_output_folder(monkeypatc
     assert command == "python benchmarks/sustained.py --suite llm --bands '' --filter 'M=16384|16384\\^3'"
 
 
-RAW_CSV = '''"Kernel Name","launch__grid_size","gpu__time_duration.sum","dram__bytes.sum.per_second","other"
-"","","ms","Tbyte/s",""
-"kernel_a","132","3.968160","1.709955","1"
-"nvjet_b","132","3.877984","0.864009","2"
+RAW_CSV = '''"Kernel Name","launch__grid_size","gpu__time_duration.sum","dram__bytes.sum.per_second",\
+"lts__t_requests_srcunit_tex_op_read.sum","other"
+"","","ms","Tbyte/s","request",""
+"kernel_a","132","3.968160","1.709955","966841","1"
+"nvjet_b","132","3.877984","0.864009","663851","2"
 '''
 
 
@@ -708,7 +709,8 @@ def test_the_ncu_summary_keeps_raw_traffic_metrics_with_labels(tmp_path):
     a, b = json.loads(out.read_text())["kernels"]
     assert a == {"kernel": "kernel_a", "label": "ours",
                  "metrics": {"launch__grid_size": "132", "gpu__time_duration.sum": "3.968160 ms",
-                             "dram__bytes.sum.per_second": "1.709955 Tbyte/s"}}  # only RAW_METRICS
+                             "dram__bytes.sum.per_second": "1.709955 Tbyte/s",
+                             "lts__t_requests_srcunit_tex_op_read.sum": "966841 request"}}  # only RAW_METRICS
     assert b["kernel"] == "nvjet_b" and b["label"] is None
     with pytest.raises(SystemExit):  # the SASS page or --raw, not both
         summary.main([str(tmp_path / "raw.csv"), "--raw", str(tmp_path / "raw.csv")])
