@@ -56,10 +56,10 @@ def results_json(report: dict) -> str:
     return json.dumps(rounded(report), separators=(",", ":")) + "\n"
 
 
-def write_results_gz(path: Path, report: dict) -> None:
-    """Write ``report`` as :func:`results_json` gzipped to ``path`` (``<name>.json.gz``):
-    the small reports that only their ``.md`` tables and the examples read are kept
-    so, to hold the tree under its 2 MiB limit."""
+def write_results(path: Path, report: dict) -> None:
+    """Write ``report`` as :func:`results_json` to ``path``, gzipped where the name ends
+    in ``.gz`` (the small reports that only their ``.md`` tables and the examples read
+    are kept so, to hold the tree under its 2 MiB limit)."""
     write_text(path, results_json(report))
 
 

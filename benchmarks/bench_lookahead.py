@@ -22,7 +22,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_gemm import environment, gpu_state, summarize, time_interleaved, write_results_gz  # noqa: E402
+from bench_gemm import environment, gpu_state, summarize, time_interleaved, write_results  # noqa: E402
 
 import wsgemm  # noqa: E402
 import wsgemm.timing  # noqa: E402
@@ -116,7 +116,7 @@ def main(argv=None) -> int:
     report["gpu_after"] = gpu_state()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    write_results_gz(out / "lookahead_ablation.json.gz", report)
+    write_results(out / "lookahead_ablation.json.gz", report)
     (out / "lookahead_ablation.md").write_text(markdown(report))
     print(markdown(report))
     return 0

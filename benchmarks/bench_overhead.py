@@ -21,7 +21,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_gemm import environment, write_results_gz  # noqa: E402
+from bench_gemm import environment, write_results  # noqa: E402
 
 import wsgemm  # noqa: E402
 import wsgemm.fast_path  # noqa: E402
@@ -111,7 +111,7 @@ def main(argv=None) -> int:
     lines += ["", "Regenerate: `python benchmarks/bench_overhead.py`"]
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    write_results_gz(out / "host_overhead.json.gz", report)
+    write_results(out / "host_overhead.json.gz", report)
     (out / "host_overhead.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
     return 0

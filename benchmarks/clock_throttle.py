@@ -31,7 +31,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_gemm import environment, write_results_gz  # noqa: E402
+from bench_gemm import environment, write_results  # noqa: E402
 
 import wsgemm  # noqa: E402
 import wsgemm.timing  # noqa: E402
@@ -148,7 +148,7 @@ def main(argv=None) -> int:
         report["runs"].append(measure(m, n, k, rest))
         print(json.dumps(report["runs"][-1]["timings_us"]), flush=True)
     args.out.mkdir(parents=True, exist_ok=True)
-    write_results_gz(args.out / "clock_throttle.json.gz", report)
+    write_results(args.out / "clock_throttle.json.gz", report)
     (args.out / "clock_throttle.md").write_text(render(report))
     print((args.out / "clock_throttle.md").read_text())
     return 0

@@ -34,7 +34,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_gemm import (  # noqa: E402
-    DTYPES, add_flush_option, environment, gpu_state, results_json, summarize, time_interleaved,
+    DTYPES, add_flush_option, environment, gpu_state, summarize, time_interleaved, write_results,
 )
 
 import plot  # noqa: E402
@@ -392,7 +392,7 @@ def main(argv=None) -> int:
             break
         row = run_problem(problem, impls, args, flush, l2_bytes)
         report["rows"].append(row)
-        json_path.write_text(results_json(report))
+        write_results(json_path, report)
         r = plot.ratio(row, plot.SUBJECT)
         status = f"{problem.label}: wsgemm/torch " + ("-" if r is None else f"{r:.3f}x")
         if bar is None:
@@ -404,7 +404,7 @@ def main(argv=None) -> int:
         bar.close()
     report["gpu_after"] = gpu_state()
     report["elapsed_s"] = time.monotonic() - start
-    json_path.write_text(results_json(report))
+    write_results(json_path, report)
     md_path, png_path = plot.write_outputs(report, json_path)
     print(md_path.read_text())
     print(f"wrote {json_path}, {md_path}, {png_path}")

@@ -30,9 +30,14 @@ RESULTS = Path(__file__).resolve().parents[1] / "benchmarks" / "results"
 WATCHED = ("R2UR", "CS2R", "IMAD", "UIADD3", "HGMMA", "F2FP", "STSM")
 
 
+def read(name: str) -> dict:
+    """A committed result (gzipped, as results/ keeps them)."""
+    return json.loads(gzip.decompress((RESULTS / name).read_bytes()))
+
+
 def load(name: str) -> list[dict]:
-    """The profiled kernels of a committed summary (gzipped, as results/ keeps them)."""
-    return json.loads(gzip.decompress((RESULTS / name).read_bytes()))["kernels"]
+    """The profiled kernels of a committed summary."""
+    return read(name)["kernels"]
 
 
 def who(kernel: dict) -> str:
@@ -115,8 +120,7 @@ def part3() -> None:
 
 def part4() -> None:
     print("\n4. The same bytes, fewer requests at the L2 (1024x1024x4096, 64x128 tiles in pairs)\n")
-    profile = json.loads(gzip.decompress((RESULTS / "l2_requests_profile.json.gz").read_bytes()))
-    ours, cublas = profile["lrc_and_walks"]["1024x1024x4096"][:2]
+    ours, cublas = read("l2_requests_profile.json.gz")["lrc_and_walks"]["1024x1024x4096"][:2]
     rows = [("time (us)", "us", "{:.1f}"),
             ("sectors the L2 sends to the GPCs (M)", "lrc_xbar2gpc_sectors_read", "{:.2f}"),
             ("read requests the L2 slices see (M)", "lts_requests_tex_read", "{:.2f}"),
