@@ -411,6 +411,16 @@ def test_the_default_path_runs_two_rows_of_192_row_tiles_in_pairs():
     check(run(a, w.t()), a, w.t())
 
 
+def test_the_default_path_runs_one_wave_of_64x128_pairs_on_a_7_stage_ring():
+    # 16 x 8 tiles of 64x128 (the last row 40 rows, the last column 104 wide, the last
+    # k-block 8 deep) in 2x1 clusters, one wave; 7 stages and four epilogue buffers
+    # (NOTES section 45).
+    a, w = rand(1000, 2056), rand(1000, 2056)
+    config = wsgemm.api.make_plan(a, w.t(), None, None, None).spec.config
+    assert (config.tile_m, config.tile_n, config.cluster_m, config.stages, config.epi_stages) == (64, 128, 2, 7, 4)
+    check(run(a, w.t()), a, w.t())
+
+
 @pytest.mark.parametrize("m, n, k, width", [(40, 10000, 4104, 80), (56, 6000, 8200, 48), (48, 3000, 2056, 32)])
 def test_the_default_path_runs_one_tile_row_in_columns_that_fill_a_wave(m, n, k, width):
     # One 64-row tile row, its last columns and k-block ragged: 125, 125 and 94 CTAs.

@@ -269,6 +269,31 @@ def test_the_launch_policy_drops_2x1_clusters_over_one_or_three_tile_rows():
     assert given.config.cluster_m == 2  # a caller's config runs as given
 
 
+def test_one_wave_of_64x128_pairs_over_512_rows_or_more_runs_a_7_stage_ring():
+    """The CTAs sharing an operand tile stay closer together with a shallower ring, so
+    the L2 merges more of their reads (NOTES section 45): one wave of unswapped,
+    unsplit 64x128 tiles in 2x1 clusters at M >= 512 runs 7 stages instead of the 9
+    that fit, and then has room for four epilogue buffers. Fewer rows, other tiles or
+    clusters, a second wave, a shallower ring already and a caller's config keep theirs."""
+    pair = GemmConfig(tile_m=64, tile_n=128, cluster_m=2)
+    assert with_launch_policy("sm90", pair, 1024, 1024, 4096, 1, 132).stages == 7
+    assert with_launch_policy("sm90", pair, 512, 2048, 1024, 1, 132).stages == 7
+    assert with_launch_policy("sm90", pair, 384, 2560, 2048, 1, 132).stages is None  # M < 512
+    assert with_launch_policy("sm90", pair, 1024, 2048, 4096, 1, 132).stages is None  # 128 units: two waves of 66
+    assert with_launch_policy("sm90", dataclasses.replace(pair, stages=6), 1024, 1024, 4096, 1, 132).stages == 6
+    for other in (GemmConfig(tile_m=64, tile_n=128, cluster_m=2, cluster_n=2), GemmConfig(tile_m=64, tile_n=128),
+                  GemmConfig(tile_m=64, tile_n=96, cluster_m=2), GemmConfig(tile_m=64, tile_n=128, cluster_m=2,
+                                                                            split_k=2)):
+        assert with_launch_policy("sm90", other, 1024, 1024, 4096, 1, 132).stages is None, other.short()
+    assert with_launch_policy("sm100", pair, 1024, 1024, 4096, 1, 132).stages is None
+    x, w = meta(1024, 4096), meta(1024, 4096)
+    _, spec, _ = plan(x, w.t(), gpu="NVIDIA H200")
+    assert (spec.config.tile_m, spec.config.tile_n, spec.config.cluster_m) == (64, 128, 2)
+    assert (spec.config.stages, spec.config.epi_stages) == (7, 4)
+    _, given, _ = plan(x, w.t(), pair, gpu="NVIDIA H200")
+    assert given.config.stages != 7  # a caller's config runs as given
+
+
 def test_the_launch_policy_streams_the_last_wave_of_long_runs_only():
     """Stream-K from six whole waves up, when the last wave is partial (8192^3 in
     128x256 tiles paired by 2x1 clusters: 512 units on 66 clusters, 7 waves and 50

@@ -814,6 +814,11 @@ SOLO_TILE_MIN_K_BLOCKS = 32
 # ... when the tiles fill at least this share of the CTAs (fewer leave SMs idle that
 # a split would use: 64 tiles at 256x4096x14336 ran 30 % slower than split-K).
 SOLO_TILE_MIN_FILL = 0.9
+# One wave of 64x128 tiles in 2x1 clusters over at least this many rows runs a ring
+# of ``SHARED_TILES_RING_STAGES`` instead of as deep as fits (9): see
+# :func:`_with_ring_for_shared_tiles`.
+SHARED_TILES_RING_MIN_M = 512
+SHARED_TILES_RING_STAGES = 7
 
 
 def with_launch_policy(arch: str, config: GemmConfig, m: int, n: int, k: int, batches: int,
@@ -870,6 +875,7 @@ def with_launch_policy(arch: str, config: GemmConfig, m: int, n: int, k: int, ba
             and k_blocks >= STREAM_K_MIN_K_BLOCKS and stream_k.fits_int32(units, slots, k_blocks)):
         config = dataclasses.replace(config, stream_k=True)
     config = _with_long_grid_bands(config, m, n, k_blocks, batches, sm_count)
+    config = _with_ring_for_shared_tiles(config, m, units, slots)
     if _launches_dependent(config, m, n, batches):
         config = dataclasses.replace(config, dependent_launch=True)
     return config
@@ -918,6 +924,38 @@ def _launches_dependent(config: GemmConfig, m: int, n: int, batches: int) -> boo
         if min(m, n) <= DEPENDENT_LAUNCH_MAX_TOKENS or tokens <= DEPENDENT_LAUNCH_MAX_PREFILL_TOKENS:
             return True
     return not config.has_workspace and config.tile_m == 64 and 64 <= config.tile_n <= 128
+
+
+def _with_ring_for_shared_tiles(config: GemmConfig, m: int, units: int, slots: int) -> GemmConfig:
+    """``config`` with a ring of ``SHARED_TILES_RING_STAGES`` where it is one wave
+    (``units`` at most ``slots``) of unswapped, unsplit 64x128 tiles in 2x1 clusters
+    over at least ``SHARED_TILES_RING_MIN_M`` rows, and deeper; else unchanged.
+
+    There every A tile is read by each CTA of its tile row and every B tile by each
+    cluster of its column, mostly from L2. The L2's request coalescer merges reads of
+    one line that arrive close together, and sends the line once to every SM that
+    asked. With 9 stages the CTAs that share a tile drift apart during the k-loop
+    (our reading, not measured: a CTA that runs ahead hides its L2 misses behind its
+    deep ring, so nothing slows it). On an H200 at 1024x1024x4096 (benchmarks/NOTES.md
+    section 45), the k-block
+    landing times of the 8 CTAs sharing an A tile spread by a median 1.95 us with 9
+    stages and 0.42 us with 6 (a k-block every 0.22 us). The coalescer merged 16 % of
+    the A reads with 9 stages and 30 % with 6; cuBLAS's were 73 %.
+    Beside the deep ring (9 stages, two epilogue buffers; this ring leaves room for
+    four), on 22 shapes of M = 512-1024, N = 1024-2048 and K = 256-4096, B a
+    transposed weight or row-major (``results/shared_tiles_ring_ab.json.gz``): 1.030x
+    in CUDA-graph replays (faster on all 22, 1.008-1.062x) and 1.020x in single calls
+    (0.984-1.049x). 6 stages lost more often (``results/l2_coalescing_profile.json.gz``).
+    At M = 96-256 the deep ring stays: there the weight streams from HBM once and needs
+    the depth (section 44).
+    """
+    if (config.tile_m, config.tile_n, config.tile_k, config.cluster_m, config.cluster_n) != (64, 128, TILE_K, 2, 1):
+        return config
+    if config.swap_ab or config.pingpong or config.has_workspace or m < SHARED_TILES_RING_MIN_M or units > slots:
+        return config
+    if config.stages is not None and config.stages <= SHARED_TILES_RING_STAGES:
+        return config
+    return dataclasses.replace(config, stages=SHARED_TILES_RING_STAGES)
 
 
 def _without_half_empty_clusters(config: GemmConfig, m: int) -> GemmConfig:
