@@ -421,6 +421,17 @@ def test_the_default_path_runs_one_wave_of_64x128_pairs_on_a_7_stage_ring():
     check(run(a, w.t()), a, w.t())
 
 
+@pytest.mark.parametrize("m, n, cluster", [(620, 1496, (2, 4)), (700, 1200, (4, 2))])
+def test_the_default_path_runs_one_wave_of_64x128_tiles_in_clusters_of_eight(m, n, cluster):
+    # 10 x 12 tiles in 2x4 clusters (the last row 44 rows, the last column 88 wide) and
+    # 11 x 10 in 4x2 (padded to 12 x 10; the last column 48 wide), the last k-block 8
+    # deep: each A box multicast to 4 CTAs and each B box to 2, or the other way round.
+    a, w = rand(m, 2056), rand(n, 2056)
+    config = wsgemm.api.make_plan(a, w.t(), None, None, None).spec.config
+    assert (config.tile_m, config.tile_n, config.cluster_m, config.cluster_n) == (64, 128, *cluster), config
+    check(run(a, w.t()), a, w.t())
+
+
 @pytest.mark.parametrize("m, n, k, width", [(40, 10000, 4104, 80), (56, 6000, 8200, 48), (48, 3000, 2056, 32)])
 def test_the_default_path_runs_one_tile_row_in_columns_that_fill_a_wave(m, n, k, width):
     # One 64-row tile row, its last columns and k-block ragged: 125, 125 and 94 CTAs.

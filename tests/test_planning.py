@@ -294,6 +294,35 @@ def test_one_wave_of_64x128_pairs_over_512_rows_or_more_runs_a_7_stage_ring():
     assert given.config.stages != 7  # a caller's config runs as given
 
 
+def test_one_wave_of_64x128_tiles_over_512_rows_or_more_takes_clusters_of_eight_where_they_fit():
+    """The H200 holds 15 clusters of 8 (NOTES section 45): where 96-120 tiles make one
+    wave of 2x4 or 4x2 clusters, that replaces the 2x1 or 2x2 clusters, the
+    orientation that pads less (2x4 on a tie). Not at M < 512, on 128 tiles (16
+    clusters of 8), on fewer than 96 tiles, in a batch, nor with other tiles; the
+    7-stage ring is for 2x1 clusters only."""
+    def clusters(config, m, n, k=4096, batches=1):
+        launched = with_launch_policy("sm90", config, m, n, k, batches, 132)
+        return launched.cluster_m, launched.cluster_n, launched.stages
+
+    pair, four = GemmConfig(tile_m=64, tile_n=128, cluster_m=2), GemmConfig(tile_m=64, tile_n=128, cluster_m=2,
+                                                                            cluster_n=2)
+    assert clusters(pair, 640, 1536) == clusters(four, 640, 1536) == (2, 4, None)  # 10 x 12 tiles: 5 x 3 clusters
+    assert clusters(pair, 768, 1280) == (4, 2, None)  # 12 x 10 tiles: 3 x 5 clusters; 2x4 would need 6 x 3
+    assert clusters(pair, 640, 1280, 2048) == (2, 4, None)  # 10 x 10: both pad to 15 clusters
+    assert clusters(pair, 1024, 1024) == (2, 1, 7)  # 16 x 8 tiles: 16 clusters of 8, a second wave
+    assert clusters(pair, 384, 2560, 2048) == (2, 1, None)  # M < 512
+    assert clusters(pair, 512, 1408) == (2, 1, 7)  # 88 tiles: under 80 % of 15 clusters of 8
+    assert clusters(pair, 512, 1536) == (2, 4, None)  # 96 tiles
+    assert clusters(pair, 640, 1536, batches=2) == (2, 1, None)
+    assert clusters(GemmConfig(tile_m=64, tile_n=96, cluster_m=2), 640, 1536)[:2] == (2, 1)
+    assert clusters(GemmConfig(tile_m=64, tile_n=128), 640, 1536)[:2] == (1, 1)  # unclustered: as chosen
+    x, w = meta(640, 4096), meta(1536, 4096)
+    _, spec, _ = plan(x, w.t(), gpu="NVIDIA H200")
+    assert (spec.config.tile_m, spec.config.tile_n, spec.config.cluster_m, spec.config.cluster_n) == (64, 128, 2, 4)
+    _, given, _ = plan(x, w.t(), pair, gpu="NVIDIA H200")
+    assert (given.config.cluster_m, given.config.cluster_n) == (2, 1)  # a caller's config runs as given
+
+
 def test_the_launch_policy_streams_the_last_wave_of_long_runs_only():
     """Stream-K from six whole waves up, when the last wave is partial (8192^3 in
     128x256 tiles paired by 2x1 clusters: 512 units on 66 clusters, 7 waves and 50

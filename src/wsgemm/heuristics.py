@@ -819,6 +819,11 @@ SOLO_TILE_MIN_FILL = 0.9
 # :func:`_with_ring_for_shared_tiles`.
 SHARED_TILES_RING_MIN_M = 512
 SHARED_TILES_RING_STAGES = 7
+# One wave of 64x128 tiles at M >= SHARED_TILES_RING_MIN_M takes clusters of 8 where
+# they also make one wave and its tiles fill at least this share of the CTAs the
+# resident clusters of 8 hold (96 of 120 on an H200; measured at 96-120 tiles): see
+# :func:`_with_clusters_of_eight`.
+CLUSTERS_OF_EIGHT_MIN_FILL = 0.8
 
 
 def with_launch_policy(arch: str, config: GemmConfig, m: int, n: int, k: int, batches: int,
@@ -853,6 +858,11 @@ def with_launch_policy(arch: str, config: GemmConfig, m: int, n: int, k: int, ba
     **Raster bands** for long grids (:func:`_with_long_grid_bands` has the rule, the
     comment above ``LONG_GRID_MIN_M`` the measurements behind it).
 
+    **Operand tiles read together** (:func:`_with_clusters_of_eight`,
+    :func:`_with_ring_for_shared_tiles`): one wave of 64x128 tiles over at least 512
+    rows runs in clusters of 8 where they also make one wave, else, in 2x1 clusters,
+    on a 7-stage ring.
+
     **Dependent launch** (:func:`_launches_dependent`) for decode and small prefill
     problems and for unsplit tiles 64 rows tall and 64 to 128 wide.
     """
@@ -875,7 +885,9 @@ def with_launch_policy(arch: str, config: GemmConfig, m: int, n: int, k: int, ba
             and k_blocks >= STREAM_K_MIN_K_BLOCKS and stream_k.fits_int32(units, slots, k_blocks)):
         config = dataclasses.replace(config, stream_k=True)
     config = _with_long_grid_bands(config, m, n, k_blocks, batches, sm_count)
-    config = _with_ring_for_shared_tiles(config, m, units, slots)
+    if batches == 1:  # both measured on unbatched problems only
+        config = _with_clusters_of_eight(config, m, n, units, slots, sm_count)
+        config = _with_ring_for_shared_tiles(config, m, units, slots)
     if _launches_dependent(config, m, n, batches):
         config = dataclasses.replace(config, dependent_launch=True)
     return config
@@ -926,10 +938,55 @@ def _launches_dependent(config: GemmConfig, m: int, n: int, batches: int) -> boo
     return not config.has_workspace and config.tile_m == 64 and 64 <= config.tile_n <= 128
 
 
+def _with_clusters_of_eight(config: GemmConfig, m: int, n: int, units: int, slots: int,
+                            sm_count: int) -> GemmConfig:
+    """``config`` (of an unbatched problem) in 2x4 or 4x2 clusters where it is one
+    wave (``units`` at most ``slots``) of unswapped, unsplit 64x128 tiles in 2x1 or
+    2x2 clusters over at least ``SHARED_TILES_RING_MIN_M`` rows, whose tiles fill at
+    least ``CLUSTERS_OF_EIGHT_MIN_FILL`` of the CTAs the resident clusters of 8 hold,
+    and clusters of 8 also make one wave; else unchanged. Of the two, the one that
+    pads the grid less (2x4 on a tie).
+
+    Every operand tile of such a grid is read by many CTAs. A 2x4 cluster multicasts
+    each A tile to 4 CTAs and each B tile to 2, so the L2 sends each line once per
+    cluster instead of once per CTA or pair. The H200 fits 15 clusters of 8 (120
+    CTAs, padding included). cuBLAS runs 128x64 tiles in such clusters on
+    these grids (``nvjet_sm90_tst_128x64_64x8_4x2_h``, its frame). On an H200
+    (benchmarks/NOTES.md section 45, ``results/clusters_of_eight_ab.json.gz``), beside
+    the 2x1 or 2x2 clusters the model picks on 16 shapes of M = 512-896, N = 1024-1536
+    and K = 1024-4096, B a transposed weight or row-major: 1.107x in CUDA-graph replays
+    (1.019-1.175x) and 1.057x in single calls (1.000-1.121x); against cuBLAS 0.96x ->
+    1.02x in single calls, 0.98x -> 1.09x in graph replays. The other
+    orientation, where it needs a second wave, ran 0.6-0.7x of cuBLAS. At M = 384-448
+    clusters of 8 won on one shape of three (single calls at 384x2048x4096), so not
+    there.
+    """
+    if (config.tile_m, config.tile_n, config.tile_k) != (64, 128, TILE_K) or config.cluster_m != 2:
+        return config
+    if config.cluster_n not in (1, 2) or config.swap_ab or config.pingpong or config.has_workspace:
+        return config
+    if m < SHARED_TILES_RING_MIN_M or units > slots:
+        return config
+    eight_slots = resident_clusters(sm_count, 8)
+    if ceil_div(m, config.tile_m) * ceil_div(n, config.tile_n) < CLUSTERS_OF_EIGHT_MIN_FILL * eight_slots * 8:
+        return config
+    fits = []
+    for cluster_m, cluster_n in ((2, 4), (4, 2)):
+        eight = dataclasses.replace(config, cluster_m=cluster_m, cluster_n=cluster_n)
+        clusters = TileGrid.for_problem(m, n, 1, eight).units
+        if clusters <= eight_slots:
+            fits.append((clusters, eight))
+    if not fits:
+        return config
+    return min(fits, key=lambda fit: fit[0])[1]
+
+
 def _with_ring_for_shared_tiles(config: GemmConfig, m: int, units: int, slots: int) -> GemmConfig:
-    """``config`` with a ring of ``SHARED_TILES_RING_STAGES`` where it is one wave
-    (``units`` at most ``slots``) of unswapped, unsplit 64x128 tiles in 2x1 clusters
-    over at least ``SHARED_TILES_RING_MIN_M`` rows, and deeper; else unchanged.
+    """``config`` (of an unbatched problem) with a ring of ``SHARED_TILES_RING_STAGES``
+    where it is one wave (``units`` at most ``slots``) of unswapped, unsplit 64x128
+    tiles in 2x1 clusters over at least ``SHARED_TILES_RING_MIN_M`` rows, and
+    deeper; else unchanged. Clusters of 8 (:func:`_with_clusters_of_eight`) come
+    first where they fit.
 
     There every A tile is read by each CTA of its tile row and every B tile by each
     cluster of its column, mostly from L2. The L2's request coalescer merges reads of
