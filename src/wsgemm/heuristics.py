@@ -957,7 +957,7 @@ def _with_clusters_of_eight(config: GemmConfig, m: int, n: int, units: int, slot
     and K = 1024-4096, B a transposed weight or row-major: 1.107x in CUDA-graph replays
     (1.019-1.175x) and 1.057x in single calls (1.000-1.121x); against cuBLAS 0.96x ->
     1.02x in single calls, 0.98x -> 1.09x in graph replays. The other
-    orientation, where it needs a second wave, ran 0.6-0.7x of cuBLAS. At M = 384-448
+    orientation, where it needs a second wave, ran 0.55-0.75x of cuBLAS. At M = 384-448
     clusters of 8 won on one shape of three (single calls at 384x2048x4096), so not
     there.
     """
