@@ -994,10 +994,11 @@ def _with_ring_for_shared_tiles(config: GemmConfig, m: int, units: int, slots: i
     asked. With 9 stages the CTAs that share a tile drift apart during the k-loop
     (our reading, not measured: a CTA that runs ahead hides its L2 misses behind its
     deep ring, so nothing slows it). On an H200 at 1024x1024x4096 (benchmarks/NOTES.md
-    section 45), the k-block
-    landing times of the 8 CTAs sharing an A tile spread by a median 1.95 us with 9
-    stages and 0.42 us with 6 (a k-block every 0.22 us). The coalescer merged 16 % of
-    the A reads with 9 stages and 30 % with 6; cuBLAS's were 73 %.
+    section 45), the k-block landing times of the 8 CTAs sharing an A tile spread by
+    a median 1.95 us with 9 stages and 0.42 us with 6 (a k-block every 0.22 us). The
+    coalescer merged 16 % of the A reads with 9 stages and 30 % with 6; cuBLAS's were
+    73 %.
+
     Beside the deep ring (9 stages, two epilogue buffers; this ring leaves room for
     four), on 22 shapes of M = 512-1024, N = 1024-2048 and K = 256-4096, B a
     transposed weight or row-major (``results/shared_tiles_ring_ab.json.gz``): 1.030x
