@@ -814,12 +814,13 @@ SOLO_TILE_MIN_K_BLOCKS = 32
 # ... when the tiles fill at least this share of the CTAs (fewer leave SMs idle that
 # a split would use: 64 tiles at 256x4096x14336 ran 30 % slower than split-K).
 SOLO_TILE_MIN_FILL = 0.9
-# One wave of 64x128 tiles in 2x1 clusters over at least this many rows runs a ring
-# of ``SHARED_TILES_RING_STAGES`` instead of as deep as fits (9): see
-# :func:`_with_ring_for_shared_tiles`.
-SHARED_TILES_RING_MIN_M = 512
+# One wave of 64x128 tiles over at least this many rows reads each operand tile into
+# many CTAs, mostly from L2 (:func:`_one_wave_of_shared_tiles`) ...
+SHARED_TILES_MIN_M = 512
+# ... and in 2x1 clusters runs a ring of this depth instead of as deep as fits (9):
+# see :func:`_with_ring_for_shared_tiles`.
 SHARED_TILES_RING_STAGES = 7
-# One wave of 64x128 tiles at M >= SHARED_TILES_RING_MIN_M takes clusters of 8 where
+# One wave of 64x128 tiles at M >= SHARED_TILES_MIN_M takes clusters of 8 where
 # they also make one wave and its tiles fill at least this share of the CTAs the
 # resident clusters of 8 hold (96 of 120 on an H200; measured at 96-120 tiles): see
 # :func:`_with_clusters_of_eight`.
@@ -885,9 +886,8 @@ def with_launch_policy(arch: str, config: GemmConfig, m: int, n: int, k: int, ba
             and k_blocks >= STREAM_K_MIN_K_BLOCKS and stream_k.fits_int32(units, slots, k_blocks)):
         config = dataclasses.replace(config, stream_k=True)
     config = _with_long_grid_bands(config, m, n, k_blocks, batches, sm_count)
-    if batches == 1:  # both measured on unbatched problems only
-        config = _with_clusters_of_eight(config, m, n, units, slots, sm_count)
-        config = _with_ring_for_shared_tiles(config, m, units, slots)
+    if batches == 1 and _one_wave_of_shared_tiles(config, m, n, sm_count):  # measured unbatched only
+        config = _with_ring_for_shared_tiles(_with_clusters_of_eight(config, m, n, sm_count))
     if _launches_dependent(config, m, n, batches):
         config = dataclasses.replace(config, dependent_launch=True)
     return config
@@ -938,14 +938,20 @@ def _launches_dependent(config: GemmConfig, m: int, n: int, batches: int) -> boo
     return not config.has_workspace and config.tile_m == 64 and 64 <= config.tile_n <= 128
 
 
-def _with_clusters_of_eight(config: GemmConfig, m: int, n: int, units: int, slots: int,
-                            sm_count: int) -> GemmConfig:
-    """``config`` (of an unbatched problem) in 2x4 or 4x2 clusters where it is one
-    wave (``units`` at most ``slots``) of unswapped, unsplit 64x128 tiles in 2x1 or
-    2x2 clusters over at least ``SHARED_TILES_RING_MIN_M`` rows, whose tiles fill at
-    least ``CLUSTERS_OF_EIGHT_MIN_FILL`` of the CTAs the resident clusters of 8 hold,
-    and clusters of 8 also make one wave; else unchanged. Of the two, the one that
-    pads the grid less (2x4 on a tie).
+def _one_wave_of_shared_tiles(config: GemmConfig, m: int, n: int, sm_count: int) -> bool:
+    """``config`` is one wave of unswapped, unsplit 64x128 tiles in 2x1 or 2x2 clusters
+    over at least ``SHARED_TILES_MIN_M`` rows: every operand tile is read by many
+    CTAs, mostly from L2 (benchmarks/NOTES.md section 45)."""
+    return ((config.tile_m, config.tile_n, config.tile_k, config.cluster_m) == (64, 128, TILE_K, 2)
+            and config.cluster_n in (1, 2) and not (config.swap_ab or config.pingpong or config.has_workspace)
+            and m >= SHARED_TILES_MIN_M and _in_one_wave(m, n, config, sm_count))
+
+
+def _with_clusters_of_eight(config: GemmConfig, m: int, n: int, sm_count: int) -> GemmConfig:
+    """``config`` (one wave of shared tiles, :func:`_one_wave_of_shared_tiles`) in 2x4
+    or 4x2 clusters where its tiles fill at least ``CLUSTERS_OF_EIGHT_MIN_FILL`` of
+    the CTAs the resident clusters of 8 hold and clusters of 8 also make one wave;
+    else unchanged. Of the two, the one that pads the grid less (2x4 on a tie).
 
     Every operand tile of such a grid is read by many CTAs. A 2x4 cluster multicasts
     each A tile to 4 CTAs and each B tile to 2, so the L2 sends each line once per
@@ -961,32 +967,20 @@ def _with_clusters_of_eight(config: GemmConfig, m: int, n: int, units: int, slot
     clusters of 8 won on one shape of three (single calls at 384x2048x4096), so not
     there.
     """
-    if (config.tile_m, config.tile_n, config.tile_k) != (64, 128, TILE_K) or config.cluster_m != 2:
-        return config
-    if config.cluster_n not in (1, 2) or config.swap_ab or config.pingpong or config.has_workspace:
-        return config
-    if m < SHARED_TILES_RING_MIN_M or units > slots:
-        return config
     eight_slots = resident_clusters(sm_count, 8)
     if ceil_div(m, config.tile_m) * ceil_div(n, config.tile_n) < CLUSTERS_OF_EIGHT_MIN_FILL * eight_slots * 8:
         return config
-    fits = []
-    for cluster_m, cluster_n in ((2, 4), (4, 2)):
-        eight = dataclasses.replace(config, cluster_m=cluster_m, cluster_n=cluster_n)
-        clusters = TileGrid.for_problem(m, n, 1, eight).units
-        if clusters <= eight_slots:
-            fits.append((clusters, eight))
-    if not fits:
-        return config
-    return min(fits, key=lambda fit: fit[0])[1]
+    fits = [eight for eight in (dataclasses.replace(config, cluster_m=2, cluster_n=4),
+                                dataclasses.replace(config, cluster_m=4, cluster_n=2))
+            if _in_one_wave(m, n, eight, sm_count)]
+    return min(fits, key=lambda eight: TileGrid.for_problem(m, n, 1, eight).units, default=config)
 
 
-def _with_ring_for_shared_tiles(config: GemmConfig, m: int, units: int, slots: int) -> GemmConfig:
-    """``config`` (of an unbatched problem) with a ring of ``SHARED_TILES_RING_STAGES``
-    where it is one wave (``units`` at most ``slots``) of unswapped, unsplit 64x128
-    tiles in 2x1 clusters over at least ``SHARED_TILES_RING_MIN_M`` rows, and
-    deeper; else unchanged. Clusters of 8 (:func:`_with_clusters_of_eight`) come
-    first where they fit.
+def _with_ring_for_shared_tiles(config: GemmConfig) -> GemmConfig:
+    """``config`` (one wave of shared tiles, :func:`_one_wave_of_shared_tiles`) with a
+    ring of ``SHARED_TILES_RING_STAGES`` where it is in 2x1 clusters and deeper; else
+    unchanged. Clusters of 8 (:func:`_with_clusters_of_eight`) come first where they
+    fit.
 
     There every A tile is read by each CTA of its tile row and every B tile by each
     cluster of its column, mostly from L2. The L2's request coalescer merges reads of
@@ -1007,11 +1001,7 @@ def _with_ring_for_shared_tiles(config: GemmConfig, m: int, units: int, slots: i
     At M = 96-256 the deep ring stays: there the weight streams from HBM once and needs
     the depth (section 44).
     """
-    if (config.tile_m, config.tile_n, config.tile_k, config.cluster_m, config.cluster_n) != (64, 128, TILE_K, 2, 1):
-        return config
-    if config.swap_ab or config.pingpong or config.has_workspace or m < SHARED_TILES_RING_MIN_M or units > slots:
-        return config
-    if config.stages is not None and config.stages <= SHARED_TILES_RING_STAGES:
+    if config.cluster_n != 1 or (config.stages is not None and config.stages <= SHARED_TILES_RING_STAGES):
         return config
     return dataclasses.replace(config, stages=SHARED_TILES_RING_STAGES)
 
