@@ -93,24 +93,28 @@ def back_to_back(fn, seconds: float) -> dict:
 
 
 def parse_config(text: str) -> wsgemm.GemmConfig:
-    """``TMxTN:CMxCN[:wS][:n]`` -> a GemmConfig: tile, cluster, raster band width S
-    (default 1), and with ``:n`` a walk along N first (``Raster.ALONG_N``)."""
+    """``TMxTN:CMxCN[:wS][:sD][:n]`` -> a GemmConfig: tile, cluster, raster band width S
+    (default 1), ring depth D (default: what the launch policy gives), and with ``:n``
+    a walk along N first (``Raster.ALONG_N``)."""
     tile, cluster, *rest = text.split(":")
     tile_m, tile_n = (int(v) for v in tile.split("x"))
     cluster_m, cluster_n = (int(v) for v in cluster.split("x"))
     swizzle = next((int(v.removeprefix("w")) for v in rest if v.startswith("w")), 1)
+    stages = next((int(v.removeprefix("s")) for v in rest if v.startswith("s")), None)
     raster = wsgemm.Raster.ALONG_N if "n" in rest else wsgemm.Raster.ALONG_M
-    unknown = [v for v in rest if v != "n" and not v.startswith("w")]
+    unknown = [v for v in rest if v != "n" and not v.startswith(("w", "s"))]
     if unknown:
-        raise ValueError(f"{text!r}: {unknown} is neither a band width (wS) nor n (walk along N)")
+        raise ValueError(f"{text!r}: {unknown} is neither a band width (wS), a ring depth (sD) nor n (walk along N)")
     return wsgemm.GemmConfig(tile_m=tile_m, tile_n=tile_n, cluster_m=cluster_m, cluster_n=cluster_n, swizzle=swizzle,
-                             raster=raster)
+                             stages=stages, raster=raster)
 
 
 def launched_as_given(config: wsgemm.GemmConfig):
     """f(a, b): ``config`` launched as the default path launches its own choices
     (``heuristics.as_launched``: stream-K, epilogue buffers, ...) but with the band
-    width it names, which the launch policy would otherwise widen on long grids."""
+    width it names, which the launch policy would otherwise widen on long grids, and
+    the ring depth it names, if any (then with the epilogue buffers that fit beside
+    it), which the launch policy would otherwise set on some grids."""
     import dataclasses
 
     from wsgemm import heuristics
@@ -125,7 +129,11 @@ def launched_as_given(config: wsgemm.GemmConfig):
             sms = torch.cuda.get_device_properties(a.device).multi_processor_count
             launched = heuristics.as_launched("sm90", config, a.shape[0], b.shape[1], a.shape[1], 1, sms,
                                               "bf16", "bf16")
-            configs[key] = dataclasses.replace(launched, swizzle=config.swizzle)
+            launched = dataclasses.replace(launched, swizzle=config.swizzle)
+            if config.stages is not None:
+                launched = heuristics.with_spare_epilogue_buffers(
+                    "sm90", dataclasses.replace(launched, stages=config.stages, epi_stages=2), "bf16", "bf16")
+            configs[key] = launched
         return wsgemm.gemm(a, b, config=configs[key])
 
     return gemm
@@ -260,7 +268,7 @@ def main(argv=None) -> int:
     p.add_argument("--min-gflop", type=float, default=MIN_GFLOP)
     p.add_argument("--bands", default="1,8", help="raster band widths of the default plan to add (empty: none)")
     p.add_argument("--configs", default="",
-                   help="configurations to add, TMxTN:CMxCN[:wS][:n] (e.g. 128x256:2x1:w8,128x256:2x2:w8; "
+                   help="configurations to add, TMxTN:CMxCN[:wS][:sD][:n] (e.g. 128x256:2x1:w8,128x256:2x2:w8; "
                    ":n walks along N first), launched "
                    "as the default path launches its own, with the band width given")
     p.add_argument("--seconds", type=float, default=1.0, help="back-to-back seconds per implementation and round")

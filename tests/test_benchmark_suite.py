@@ -684,6 +684,24 @@ def test_sustained_configs_keep_the_band_width_they_name(monkeypatch):
                                                                        "wsgemm 128x256:2x1:w8"]
 
 
+def test_sustained_configs_keep_the_ring_depth_they_name(monkeypatch):
+    """``:sD`` names a ring depth the launch policy would change (here its 7-stage ring
+    for one wave of shared 64x128 tiles); the epilogue then gets the buffers that fit."""
+    monkeypatch.syspath_prepend(str(BENCH_DIR))
+    torch = pytest.importorskip("torch")
+    sustained = load("sustained")
+    assert sustained.parse_config("64x128:2x1:s9:w2").stages == 9
+    assert sustained.parse_config("64x128:2x1").stages is None
+    ran = []
+    monkeypatch.setattr(sustained.wsgemm, "gemm", lambda a, b, config=None: ran.append(config))
+    h200 = type("Properties", (), {"multi_processor_count": 132})
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda device: h200)
+    a, b = torch.empty(1024, 4096, device="meta"), torch.empty(4096, 1024, device="meta")
+    for text in ("64x128:2x1", "64x128:2x1:s9", "64x128:2x1:s6"):
+        sustained.launched_as_given(sustained.parse_config(text))(a, b)
+    assert [(c.stages, c.epi_stages) for c in ran] == [(7, 4), (9, 2), (6, 4)]
+
+
 def test_sustained_records_a_quoted_command_without_the_output_folder(monkeypatch):
     monkeypatch.syspath_prepend(str(BENCH_DIR))
     pytest.importorskip("torch")
