@@ -432,6 +432,17 @@ def test_the_default_path_runs_one_wave_of_64x128_tiles_in_clusters_of_eight(m, 
     check(run(a, w.t()), a, w.t())
 
 
+def test_the_default_path_runs_one_wave_of_swapped_256_row_tiles_in_clusters_of_four():
+    # 131 tokens in one token tile of 144; 112 weight tiles of 256 rows (the last 184)
+    # in 28 clusters of 4 that multicast the token tile; the last k-block 8 deep
+    # (NOTES section 46).
+    a, w = rand(131, 4104), rand(28600, 4104)
+    plan = wsgemm.api.make_plan(a, w.t(), None, None, None)
+    config = plan.spec.config
+    assert plan.mode == "swap" and (config.tile_m, config.tile_n, config.cluster_m) == (256, 144, 4), plan
+    check(run(a, w.t()), a, w.t())
+
+
 @pytest.mark.parametrize("m, n, k, width", [(40, 10000, 4104, 80), (56, 6000, 8200, 48), (48, 3000, 2056, 32)])
 def test_the_default_path_runs_one_tile_row_in_columns_that_fill_a_wave(m, n, k, width):
     # One 64-row tile row, its last columns and k-block ragged: 125, 125 and 94 CTAs.

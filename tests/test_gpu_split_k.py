@@ -222,17 +222,19 @@ def test_the_default_path_swaps_four_token_tiles_on_a_4096_row_weight(m, tile_n)
     check(out, x, w.t(), torch.float32)
 
 
-@pytest.mark.parametrize("m, n, tile_m, tile_n", [(136, 28672, 256, 144), (192, 28672, 256, 192),
-                                                  (176, 22016, 192, 176)])
-def test_the_default_path_puts_one_token_tile_beside_tall_weight_tiles(m, n, tile_m, tile_n):
+@pytest.mark.parametrize("m, n, tile_m, tile_n, cluster_m", [(136, 28672, 256, 144, 4), (192, 28672, 256, 192, 4),
+                                                             (176, 22016, 192, 176, 2)])
+def test_the_default_path_puts_one_token_tile_beside_tall_weight_tiles(m, n, tile_m, tile_n, cluster_m):
     """From 129 to 192 tokens, on a weight of 28672 rows 112 weight tiles of 256 rows,
     on one of 22016 rows 115 of 192 (the last past the edge), beside one token tile
-    (past the edge at M = 136) make one wave, in 2x1 clusters that share it
-    (heuristics.SWAP_TALL_TILES_MAX_M)."""
+    (past the edge at M = 136) make one wave, in clusters that share it
+    (heuristics.SWAP_TALL_TILES_MAX_M): of 4 for the 256-row tiles
+    (heuristics.TALL_SWAP_CLUSTER_M), of 2 for the 192-row ones."""
     x, w = rand(m, 4096), rand(n, 4096)
     plan = wsgemm.api.make_plan(x, w.t(), None, None, None)
     config = plan.spec.config
-    assert plan.mode == "swap" and (config.tile_m, config.tile_n, config.cluster_m) == (tile_m, tile_n, 2), plan
+    assert plan.mode == "swap" and (config.tile_m, config.tile_n, config.cluster_m) == (tile_m, tile_n, cluster_m), \
+        plan
     assert config.split_k == 1
     check(run(x, w.t()), x, w.t())
     out = torch.full((m, n), float("nan"), device="cuda", dtype=torch.float32)

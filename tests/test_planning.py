@@ -323,6 +323,32 @@ def test_one_wave_of_64x128_tiles_over_512_rows_or_more_takes_clusters_of_eight_
     assert (given.config.cluster_m, given.config.cluster_n) == (2, 1)  # a caller's config runs as given
 
 
+def test_one_wave_of_swapped_256_row_tiles_beside_one_token_tile_runs_in_clusters_of_four():
+    """Every CTA reads the one token tile; clusters of 4 along the weight multicast it
+    to 4 CTAs instead of 2, as cuBLAS runs these tiles (NOTES section 46). Only where
+    the clusters of 4 make one wave of whole clusters, for pairs of unsplit 256-row
+    tiles; 192-row tiles, a second token tile and a caller's config keep theirs."""
+    def clusters(config, weight_rows, tokens, k=4096):
+        launched = with_launch_policy("sm90", config, weight_rows, tokens, k, 1, 132)
+        return launched.cluster_m, launched.cluster_n
+
+    tall = GemmConfig(tile_m=256, tile_n=144, cluster_m=2, swap_ab=True)
+    assert clusters(tall, 28672, 136) == (4, 1)  # 112 weight tiles: 28 clusters of 4
+    assert clusters(tall, 16384, 136) == (4, 1)  # 64 tiles
+    assert clusters(tall, 28160, 136) == (2, 1)  # 110 tiles: the last cluster of 4 half empty
+    assert clusters(tall, 32768, 136) == (2, 1)  # 128 tiles: 32 clusters of 4, 30 fit
+    assert clusters(tall, 28672, 200) == (2, 1)  # two token tiles
+    assert clusters(dataclasses.replace(tall, split_k=2), 28672, 136) == (2, 1)
+    assert clusters(dataclasses.replace(tall, tile_m=192), 24576, 136) == (2, 1)
+    assert clusters(dataclasses.replace(tall, swap_ab=False), 28672, 136) == (2, 1)
+    assert clusters(dataclasses.replace(tall, cluster_m=1), 28672, 136) == (1, 1)
+    x, w = meta(136, 4096), meta(28672, 4096)
+    mode, spec, _ = plan(x, w.t(), gpu="NVIDIA H200")
+    assert mode == "swap" and (spec.config.tile_m, spec.config.cluster_m, spec.config.cluster_n) == (256, 4, 1)
+    _, given, _ = plan(x, w.t(), tall, gpu="NVIDIA H200")
+    assert given.config.cluster_m == 2  # a caller's config runs as given
+
+
 def test_the_launch_policy_streams_the_last_wave_of_long_runs_only():
     """Stream-K from six whole waves up, when the last wave is partial (8192^3 in
     128x256 tiles paired by 2x1 clusters: 512 units on 66 clusters, 7 waves and 50

@@ -825,6 +825,11 @@ SHARED_TILES_RING_STAGES = 7
 # resident clusters of 8 hold (96 of 120 on an H200; measured at 96-120 tiles): see
 # :func:`_with_clusters_of_eight`.
 CLUSTERS_OF_EIGHT_MIN_FILL = 0.8
+# Swapped weight tiles of this many rows beside one token tile, in pairs that make one
+# wave, run in clusters of TALL_SWAP_CLUSTER_M along the weight instead: see
+# :func:`_with_tall_swaps_in_fours`.
+TALL_SWAP_QUAD_TILE_M = 256
+TALL_SWAP_CLUSTER_M = 4
 
 
 def with_launch_policy(arch: str, config: GemmConfig, m: int, n: int, k: int, batches: int,
@@ -864,6 +869,9 @@ def with_launch_policy(arch: str, config: GemmConfig, m: int, n: int, k: int, ba
     rows runs in clusters of 8 where they also make one wave, else, in 2x1 clusters,
     on a 7-stage ring.
 
+    **Tall swapped tiles in fours** (:func:`_with_tall_swaps_in_fours`): one wave of
+    swapped 256-row weight tiles beside one token tile runs in 4x1 clusters.
+
     **Dependent launch** (:func:`_launches_dependent`) for decode and small prefill
     problems and for unsplit tiles 64 rows tall and 64 to 128 wide.
     """
@@ -888,6 +896,8 @@ def with_launch_policy(arch: str, config: GemmConfig, m: int, n: int, k: int, ba
     config = _with_long_grid_bands(config, m, n, k_blocks, batches, sm_count)
     if batches == 1 and _one_wave_of_shared_tiles(config, m, n, sm_count):  # measured unbatched only
         config = _with_ring_for_shared_tiles(_with_clusters_of_eight(config, m, n, sm_count))
+    if batches == 1:  # swapped problems are unbatched
+        config = _with_tall_swaps_in_fours(config, m, n, sm_count)
     if _launches_dependent(config, m, n, batches):
         config = dataclasses.replace(config, dependent_launch=True)
     return config
@@ -1004,6 +1014,31 @@ def _with_ring_for_shared_tiles(config: GemmConfig) -> GemmConfig:
     if config.cluster_n != 1 or (config.stages is not None and config.stages <= SHARED_TILES_RING_STAGES):
         return config
     return dataclasses.replace(config, stages=SHARED_TILES_RING_STAGES)
+
+
+def _with_tall_swaps_in_fours(config: GemmConfig, m: int, n: int, sm_count: int) -> GemmConfig:
+    """``config`` in clusters of ``TALL_SWAP_CLUSTER_M`` along M where it is swapped,
+    unsplit ``TALL_SWAP_QUAD_TILE_M``-row weight tiles beside one token tile in 2x1
+    clusters, and the clusters of 4 make one wave of whole clusters (on the kernel's
+    problem: ``m`` weight rows, ``n`` tokens); else unchanged.
+
+    Every CTA of such a grid reads the same token tile; a cluster of 4 multicasts it
+    to 4 CTAs instead of 2. cuBLAS runs these tiles so
+    (``nvjet_sm90_tst_256x136_64x4_4x1`` at 136x28672x4096: 28 clusters of 4). On an
+    H200 (benchmarks/NOTES.md section 46, ``results/cluster_sweeps_one_wave.json.gz``),
+    beside the pairs on 7 shapes of M = 129-160 tokens on the 28672-row weight,
+    K = 4096-14336 (30 runs each): 1.030x in CUDA-graph replays (1.011-1.044x; 1.00-1.02x
+    of cuBLAS) and 0.998x in single calls (0.988-1.011x). Level at
+    M = 176-192 (0.99-1.01x either way; section 39's sweep had the same in single
+    calls). 192-row tiles, whose 22016-row weight makes 115 tiles, ran level in
+    clusters of 4 and are left as they are.
+    """
+    if not (config.swap_ab and config.tile_m == TALL_SWAP_QUAD_TILE_M and (config.cluster_m, config.cluster_n) == (2, 1)
+            and not (config.has_workspace or config.pingpong) and ceil_div(n, config.tile_n) == 1
+            and ceil_div(m, config.tile_m) % TALL_SWAP_CLUSTER_M == 0):
+        return config
+    quads = dataclasses.replace(config, cluster_m=TALL_SWAP_CLUSTER_M)
+    return quads if _in_one_wave(m, n, quads, sm_count) else config
 
 
 def _without_half_empty_clusters(config: GemmConfig, m: int) -> GemmConfig:
