@@ -195,7 +195,10 @@ SWAP_FOUR_TILES_MAX_M = 448
 # tiles, the tiles cuBLAS runs there: 6 held-out shapes 1.12x faster than the plans
 # before in both protocols (1.03-1.28x), 0.89x -> 1.00x of cuBLAS
 # (``results/swap_192_rows_ab.json.gz``). Clusters of 4 along M, which cuBLAS also
-# runs, measured within 1 % of pairs (``results/sweep_swap_tall_clusters.json.gz``).
+# runs, measured within 1 % of pairs in single calls
+# (``results/sweep_swap_tall_clusters.json.gz``) and 3 % faster in graph replays for
+# 256-row tiles (section 46): the launch policy runs those so
+# (:func:`_with_tall_swaps_in_fours`); the model ranks pairs.
 # Plain 192-row tiles ran as much faster than the model's rates (PLAIN_TALL_TILE_M).
 TALL_TILES_GAIN = 1.2
 SWAP_TALL_TILES_MAX_M = 192
