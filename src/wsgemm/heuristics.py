@@ -42,9 +42,10 @@ class ThroughputModel:
     # most (bytes its ring keeps in flight) / latency: a 64-wide tile's 8 KB stages
     # cannot pull what a 128x256 tile's 48 KB stages do.
     load_latency_s: float = 1.0e-6
-    # What one SM pulls from HBM when nothing else limits it. Fitted: swapped decode
-    # GEMMs with 64 of 132 SMs streaming the weight ran at ~1.9 TB/s, with 128 SMs
-    # at ~3.7 TB/s (benchmarks/NOTES.md section 6): ~30 GB/s per SM.
+    # What one SM pulls from HBM when nothing else limits it: ~30 GB/s, fitted to the
+    # swapped decode configs of suite run 2 (benchmarks/NOTES.md section 6). Too low
+    # for swapped 128x16 tiles: 48 SMs streamed 16x6144x4096's weight at 2.7 TB/s,
+    # 56 GB/s each (section 16).
     sm_hbm_bytes_per_s: float = 30e9
     # One SM's bandwidth to L2 (operand tiles other tiles also read, which L2 serves,
     # and the split-K fix-up's fp32 stores and loads): ~64 B per clock at 1.98 GHz.
@@ -78,7 +79,8 @@ H200 = ThroughputModel()
 # consumer warpgroups). 128x256: 790/989 measured for cuBLAS-class 8192^3.
 # 160- and 224-wide tiles exist to fit the waves (10240 = 64 x 160, 28672 = 128 x 224).
 # Measured on an H200 (NOTES section 17): 128x160 ran at ~0.76 of peak per filled SM at
-# M = 512 (start-up costs included), 128x224 as fast as 128x256 at 8192^3.
+# M = 512 (start-up costs included); at 8192^3 autotune run f timed 128x224 2-3 % slower
+# than 128x256 (``results/autotune_h200_f.json.gz``, 1x1 and 2x1 clusters).
 MMA_EFFICIENCY = {
     (128, 256): 0.80, (128, 224): 0.79, (128, 192): 0.78, (128, 160): 0.76, (128, 128): 0.72, (128, 64): 0.55,
     (128, 96): 0.65, (64, 256): 0.62, (64, 224): 0.61, (64, 192): 0.60, (64, 160): 0.57, (64, 128): 0.55,
@@ -706,11 +708,12 @@ def _clusters(tile_m, tiles_m, tiles_n, swap_ab):
     where L2 binds: at 320-384x2560x8192, 64x128 tiles in 2x2 clusters ran 1.2x
     faster than the 128x128 split tiles the model chose before, and cuBLAS runs
     such shapes in 4x2 and 1x2 clusters. Past one wave 2x2 clusters ran 9 % slower
-    than 1x2 at 8192x8192 with K <= 512 (section 19); 64-row tiles in 1x2 clusters,
-    whose A box is 8 KB a k-block, ran up to 1.2x slower than unclustered ones
-    (NOTES section 30). Swapped: the weight is A, multicast along N; two or four N
-    tiles of tokens are always paired (see ``_swapped_candidates``); tall weight tiles
-    beside one token tile may pair along M, sharing it."""
+    than 1x2 at 8192x8192 with K <= 512 (``results/sweep_shortk.json.gz``, section
+    18's sweep); 64-row tiles in 1x2 clusters, whose A box is 8 KB a k-block, ran up
+    to 1.2x slower than unclustered ones (NOTES section 30). Swapped: the weight is
+    A, multicast along N; two or four N tiles of tokens are always paired (see
+    ``_swapped_candidates``); tall weight tiles beside one token tile may pair along
+    M, sharing it."""
     if swap_ab:
         if tile_m in SWAP_TALL_TILE_M and tiles_m >= 2:
             return [(1, 1), (2, 1)]  # one token tile: pairs of weight tiles share it
@@ -778,8 +781,10 @@ def table_winner_or_model(measured: GemmConfig, measured_m: int, m: int, n: int,
 
 # Stream the last partial wave (``GemmConfig.stream_k``) from this many whole waves
 # up. Measured on an H200 (benchmarks/NOTES.md section 16): with 7.8-31 waves of
-# 128x256 tiles, 0.3-3.6 % faster (8192^3: 2.1 %); with 2-4 waves, where the
-# streamed wave is a quarter to a half of the run, up to 9 % slower.
+# 128x256 tiles, 0.3-3.6 % faster (8192^3: 2.0 %); with 2-4 waves, where the
+# streamed wave is a quarter to a half of the run, slower: up to 9 % in the LLM
+# suite's ablation (``results/streamk_ablation_llm.json.gz``), and 91.1 -> 106.1 us
+# in single calls at 2048x4096x4096 (1.9 waves).
 STREAM_K_MIN_WAVES = 6
 # ... and only for tiles whose k-loop is at least this many k-blocks (K >= 4096 with
 # 64-deep blocks). A streamed tile's pieces meet through fp32 partial tiles (128 KB
@@ -1098,10 +1103,10 @@ def with_spare_epilogue_buffers(arch: str, config: GemmConfig, ab_dtype: str, ou
     batched K = 128 problems, within +-2 % elsewhere where no stage was given up;
     where the buffers would cost a stage (128x192 tiles at M = 512) up to 6 % slower,
     so not there. Ping-pong consumers have a set each: 128x128 tiles get four,
-    128x192 three, which keeps the fifth ring stage that four would take (2-4 %
-    faster at K = 256-1024, NOTES section 20); 64-row ping-pong tiles keep their two
-    (64x256 was 5-10 % slower with four, NOTES section 19). SM90 only: the SM100
-    kernel's epilogue is unmeasured.
+    128x192 three, which keeps the fifth ring stage that four would take (1-5 %
+    faster on the short-K rows, K = 256-1024, NOTES section 20); 64-row ping-pong
+    tiles keep their two (64x256 was 5-10 % slower with four, NOTES section 19). SM90
+    only: the SM100 kernel's epilogue is unmeasured.
     """
     if arch != "sm90" or config.epi_stages >= SPARE_EPILOGUE_BUFFERS:
         return config
