@@ -14,6 +14,12 @@ median over runs of:
 * ``epilogue_us``: last wgmma retired to last TMA store issued;
 * ``span_us``: first CTA's first instruction to the last CTA's exit, beside the
   kernel durations CUPTI reports for this kernel and for ``torch.matmul``'s;
+* on one wave of unsplit tiles (each CTA one tile): ``a_sharers_spread_us`` and
+  ``b_sharers_spread_us``, for each operand tile and k-block from the 9th on, the
+  latest minus the earliest landing among the CTAs that read that tile (its tile row
+  for A, its column for B), median over tiles and k-blocks (``..._first_us``: the
+  first 8 k-blocks). The L2 merges the reads of one line only when they arrive close
+  together (NOTES sections 45-46);
 * with split-K (``:splitS``; one-wave cases, where each CTA runs one work item):
   ``fixup_wait_us`` (a finisher's last wgmma to its contributors' arrival),
   ``fixup_add_us`` (adding their partial sums) and ``publish_us`` (a contributor's
@@ -30,6 +36,7 @@ import argparse
 import json
 import statistics
 import sys
+from collections import defaultdict
 from pathlib import Path
 
 import torch
@@ -45,6 +52,7 @@ from cutlass.cute.runtime import make_fake_compact_tensor  # noqa: E402
 from wsgemm import GemmConfig, api, hardware  # noqa: E402
 from wsgemm import compile as compile_mod  # noqa: E402
 from wsgemm import config as cfg  # noqa: E402
+from wsgemm.kernels.common import scheduler  # noqa: E402
 from wsgemm.kernels.common.scheduler import TileGrid  # noqa: E402
 from wsgemm.kernels.sm90 import Sm90Gemm, TracePoint  # noqa: E402
 
@@ -134,8 +142,50 @@ def cupti_kernel_us(fn, runs: int, flush: torch.Tensor) -> float:
     return statistics.median(sorted(durations)[-runs:])
 
 
-def cta_timeline(words: list[list[int]], k_blocks: int) -> dict:
-    """One run's per-CTA stamps -> microsecond summary (32-bit timer, wrap-safe)."""
+def cta_tiles(config: GemmConfig, grid: TileGrid, clusters: int) -> list[tuple[int, int] | None]:
+    """Each stamped CTA's (tile row, tile column), in the stamps' order, where every
+    cluster runs one work item (None for a CTA whose tile lies wholly past the edge);
+    [] where clusters run more than one."""
+    if grid.units > clusters or config.split_k > 1 or config.stream_k:
+        return []
+    cm, cn = config.cluster_m, config.cluster_n
+    along_m = config.raster == cfg.Raster.ALONG_M
+    tiles = []
+    for cluster in range(clusters):
+        c_m, c_n, _ = scheduler.cluster_coord_of_work(cluster, grid.clusters_m, grid.clusters_n, along_m,
+                                                      config.swizzle)
+        for cta_n in range(cn):
+            for cta_m in range(cm):
+                tile = (c_m * cm + cta_m, c_n * cn + cta_n)
+                inside = cluster < grid.units and tile[0] < grid.tiles_m and tile[1] < grid.tiles_n
+                tiles.append(tile if inside else None)
+    return tiles
+
+
+def sharer_spreads(arrivals: list[list[float]], tiles: list[tuple[int, int] | None],
+                   first: int = 8) -> dict:
+    """Median over operand tiles and k-blocks of the latest minus the earliest landing
+    among the CTAs that read the tile: A tiles by tile row, B by tile column; k-blocks
+    from ``first`` on, and (``..._first_us``) before it."""
+    out = {}
+    for operand, axis in (("a", 0), ("b", 1)):
+        readers = defaultdict(list)
+        for landed, tile in zip(arrivals, tiles):
+            if tile is not None:
+                readers[tile[axis]].append(landed)
+        spreads = {True: [], False: []}  # by "among the first k-blocks"
+        for rows in readers.values():
+            if len(rows) > 1:
+                for kb in range(min(map(len, rows))):
+                    spreads[kb < first].append(max(r[kb] for r in rows) - min(r[kb] for r in rows))
+        out[f"{operand}_sharers_spread_first_us"] = statistics.median(spreads[True]) if spreads[True] else 0.0
+        out[f"{operand}_sharers_spread_us"] = statistics.median(spreads[False]) if spreads[False] else 0.0
+    return out
+
+
+def cta_timeline(words: list[list[int]], k_blocks: int, tiles: list[tuple[int, int] | None] = ()) -> dict:
+    """One run's per-CTA stamps -> microsecond summary (32-bit timer, wrap-safe);
+    with ``tiles`` (:func:`cta_tiles`), the sharers' spreads too."""
     t0 = min(row[TracePoint.ENTRY] for row in words)
     us = lambda t: ((t - t0) & 0xFFFFFFFF) / 1e3  # noqa: E731
     kept = min(k_blocks, K_BLOCKS_KEPT)
@@ -162,6 +212,7 @@ def cta_timeline(words: list[list[int]], k_blocks: int) -> dict:
                           or [0.0]),
         "first_exit_us": min(us(row[TracePoint.EXIT]) for row in words),
         "span_us": max(us(row[TracePoint.EXIT]) for row in words),
+        **(sharer_spreads(arrivals, tiles) if tiles else {}),
     }
 
 
@@ -181,6 +232,7 @@ def run_case(text: str, runs: int, flush: torch.Tensor) -> dict:
     flags, partial_elems = api.launch_workspace_elems(grid, clusters, config)
     scratch = torch.zeros(flags + ctas * WORDS_PER_CTA, dtype=torch.int32, device="cuda")
     partials = torch.zeros(max(1, partial_elems), dtype=torch.float32, device="cuda")
+    tiles = cta_tiles(config, grid, clusters)
     kernel = compile_traced(spec)
     traced = lambda: kernel(a, b, d, scratch, partials, clusters)  # noqa: E731
     traced()
@@ -194,7 +246,7 @@ def run_case(text: str, runs: int, flush: torch.Tensor) -> dict:
         scratch.zero_()
         traced()
         torch.cuda.synchronize()
-        per_run.append(cta_timeline(scratch[flags:].view(ctas, WORDS_PER_CTA).tolist(), k_blocks))
+        per_run.append(cta_timeline(scratch[flags:].view(ctas, WORDS_PER_CTA).tolist(), k_blocks, tiles))
     summary = {key: round(statistics.median(r[key] for r in per_run), 3) for key in per_run[0]}
     clock_mhz = float(gpu_state().get("clocks.sm", "nan"))
     flop_per_k_block = 2 * config.tile_m * config.tile_n * config.tile_k
@@ -206,7 +258,8 @@ def run_case(text: str, runs: int, flush: torch.Tensor) -> dict:
 
 
 COLUMNS = ("first_k_block_us", "k_block_interval_us", "mma_bound_us", "mainloop_done_us", "epilogue_us",
-           "fixup_wait_us", "fixup_add_us", "publish_us", "span_us", "kernel_us", "torch_matmul_kernel_us")
+           "fixup_wait_us", "fixup_add_us", "publish_us", "a_sharers_spread_us", "b_sharers_spread_us", "span_us",
+           "kernel_us", "torch_matmul_kernel_us")
 
 
 def markdown(report: dict) -> str:
@@ -218,7 +271,7 @@ def markdown(report: dict) -> str:
              "| case | config | CTAs | " + " | ".join(COLUMNS) + " |", "|---" * (3 + len(COLUMNS)) + "|"]
     for row in report["cases"]:
         lines.append(f"| {row['case']} | `{row['config']}` | {row['ctas']} | "
-                     + " | ".join(f"{row[c]}" for c in COLUMNS) + " |")
+                     + " | ".join(f"{row.get(c, '-')}" for c in COLUMNS) + " |")
     lines.append("\nRegenerate: `python benchmarks/kernel_timeline.py`")
     return "\n".join(lines) + "\n"
 
@@ -236,7 +289,7 @@ def main(argv=None) -> int:
         print(f"[{i}/{len(args.case or DEFAULT_CASES)}] {text}: compiling the traced kernel, {args.runs} runs",
               flush=True)
         cases.append(run_case(text, args.runs, flush))
-        print("  " + ", ".join(f"{c} {cases[-1][c]}" for c in COLUMNS), flush=True)
+        print("  " + ", ".join(f"{c} {cases[-1].get(c, '-')}" for c in COLUMNS), flush=True)
     report = {"environment": environment(), "runs": args.runs, "cases": cases}
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / f"{args.name}.json").write_text(json.dumps(report, indent=1) + "\n")

@@ -475,6 +475,29 @@ def test_timeline_summary_of_a_split_wave_separates_wait_add_and_publish(timelin
     assert summary["epilogue_us"] == pytest.approx(3.8)  # the finisher's: wait, add and store
 
 
+def test_timeline_spreads_of_the_ctas_that_share_an_operand_tile(timeline):
+    """One wave of 64x128 tiles in 2x1 clusters over 192x256: 3 x 2 tiles, 2 x 2
+    clusters walked along M, the last cluster row's second CTA past the edge. A tile
+    row's CTAs share an A tile, a column's a B tile; the spread is the latest minus
+    the earliest landing of a k-block among them."""
+    from wsgemm import GemmConfig
+    from wsgemm.kernels.common.scheduler import TileGrid
+
+    config = GemmConfig(tile_m=64, tile_n=128, cluster_m=2)
+    grid = TileGrid.for_problem(192, 256, 1, config)
+    tiles = timeline.cta_tiles(config, grid, clusters=4)
+    assert tiles == [(0, 0), (1, 0), (2, 0), None, (0, 1), (1, 1), (2, 1), None]
+    assert timeline.cta_tiles(config, grid, clusters=2) == []  # two tiles per cluster: not one wave
+    # Tile row r, column c lands k-block kb at 10 kb + r + 3 c us (+ 5 us from the 9th
+    # k-block on in column 1): A sharers 3 us apart at first, then 8; B sharers 2 us.
+    # A CTA past the edge reads nothing; its stamps (here as tile (0, 0)'s) are ignored.
+    arrivals = [[10.0 * kb + r + 3 * c + (5 if c and kb >= 8 else 0) for kb in range(12)]
+                for r, c in (tile or (0, 0) for tile in tiles)]
+    spreads = timeline.sharer_spreads(arrivals, tiles)
+    assert spreads == {"a_sharers_spread_first_us": 3.0, "a_sharers_spread_us": 8.0,
+                       "b_sharers_spread_first_us": 2.0, "b_sharers_spread_us": 2.0}
+
+
 def test_timeline_cases_parse(timeline):
     (m, n, k), config = timeline.parse_case("512x4096x4096:128x128:2x1:6")
     assert (m, n, k) == (512, 4096, 4096)
