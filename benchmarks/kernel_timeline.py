@@ -43,6 +43,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_gemm import environment, gpu_state  # noqa: E402
+from result_files import regenerate_command  # noqa: E402
 
 import cutlass  # noqa: E402
 import cutlass.cute as cute  # noqa: E402
@@ -272,7 +273,7 @@ def markdown(report: dict) -> str:
     for row in report["cases"]:
         lines.append(f"| {row['case']} | `{row['config']}` | {row['ctas']} | "
                      + " | ".join(f"{row.get(c, '-')}" for c in COLUMNS) + " |")
-    lines.append("\nRegenerate: `python benchmarks/kernel_timeline.py`")
+    lines.append(f"\nRegenerate: `{report.get('command', 'python benchmarks/kernel_timeline.py')}`")
     return "\n".join(lines) + "\n"
 
 
@@ -290,7 +291,8 @@ def main(argv=None) -> int:
               flush=True)
         cases.append(run_case(text, args.runs, flush))
         print("  " + ", ".join(f"{c} {cases[-1].get(c, '-')}" for c in COLUMNS), flush=True)
-    report = {"environment": environment(), "runs": args.runs, "cases": cases}
+    report = {"command": regenerate_command("kernel_timeline.py", sys.argv[1:] if argv is None else argv),
+              "environment": environment(), "runs": args.runs, "cases": cases}
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / f"{args.name}.json").write_text(json.dumps(report, indent=1) + "\n")
     (args.out / f"{args.name}.md").write_text(markdown(report))

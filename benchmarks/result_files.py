@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import shlex
 from pathlib import Path
 
 
@@ -29,3 +30,12 @@ def write_text(path, text: str) -> None:
     the same report gives the same bytes)."""
     data = text.encode()
     Path(path).write_bytes(gzip.compress(data, mtime=0) if _gzipped(path) else data)
+
+
+def regenerate_command(script: str, argv: list[str]) -> str:
+    """The command line of ``benchmarks/<script>`` that wrote a report, quoted for a
+    shell, without ``--out`` (the GPU machine's output folder, not where the report
+    ends up)."""
+    kept = [arg for arg, before in zip(argv, [None, *argv])
+            if arg != "--out" and before != "--out" and not arg.startswith("--out=")]
+    return shlex.join(["python", f"benchmarks/{script}", *kept])

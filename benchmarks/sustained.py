@@ -45,6 +45,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import shapes as suites  # noqa: E402
 from bench_gemm import environment, parse_shapes  # noqa: E402
+from result_files import regenerate_command  # noqa: E402
 from suite import TOLERANCE, check, default_config_with, make_operands  # noqa: E402
 
 import wsgemm  # noqa: E402
@@ -242,22 +243,6 @@ def markdown(report: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def regenerate_command(argv: list[str]) -> str:
-    """The command line that wrote a report, quoted for a shell, without ``--out`` (the
-    GPU machine's output folder, not where the report ends up)."""
-    import shlex
-
-    kept, skip = [], False
-    for arg in argv:
-        if skip:
-            skip = False
-        elif arg == "--out":
-            skip = True
-        elif not arg.startswith("--out="):
-            kept.append(arg)
-    return shlex.join(["python", "benchmarks/sustained.py", *kept])
-
-
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--shapes", default="16384x10240x8192,8192x8192x8192",
@@ -281,7 +266,7 @@ def main(argv=None) -> int:
         raise SystemExit("sustained.py needs a CUDA GPU")
     fns = implementations([int(v) for v in args.bands.split(",") if v], [c for c in args.configs.split(",") if c])
     todo = problems(args)
-    report = {"name": args.name, "command": regenerate_command(argv or sys.argv[1:]),
+    report = {"name": args.name, "command": regenerate_command("sustained.py", argv or sys.argv[1:]),
               "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "environment": environment(),
               "seconds": args.seconds, "rounds": args.rounds, "single": args.single, "warm_start": True,
               "shapes": []}

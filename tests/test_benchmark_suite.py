@@ -725,12 +725,12 @@ def test_sustained_configs_keep_the_ring_depth_they_name(monkeypatch):
     assert [(c.stages, c.epi_stages) for c in ran] == [(7, 4), (9, 2), (6, 4)]
 
 
-def test_sustained_records_a_quoted_command_without_the_output_folder(monkeypatch):
-    monkeypatch.syspath_prepend(str(BENCH_DIR))
-    pytest.importorskip("torch")
-    sustained = load("sustained")
-    command = sustained.regenerate_command(["--suite", "llm", "--bands", "", "--out", "/root/out", "--filter",
-                                            "M=16384|16384\\^3", "--out=/tmp/x"])
+def test_reports_record_a_quoted_command_without_the_output_folder():
+    """sustained.py and kernel_timeline.py record how to regenerate their report; the
+    GPU machine's output folder is not part of it."""
+    files = load("result_files")
+    command = files.regenerate_command("sustained.py", ["--suite", "llm", "--bands", "", "--out", "/root/out",
+                                                        "--filter", "M=16384|16384\\^3", "--out=/tmp/x"])
     assert command == "python benchmarks/sustained.py --suite llm --bands '' --filter 'M=16384|16384\\^3'"
 
 
