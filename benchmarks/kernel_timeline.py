@@ -53,7 +53,6 @@ from cutlass.cute.runtime import make_fake_compact_tensor  # noqa: E402
 from wsgemm import GemmConfig, api, hardware  # noqa: E402
 from wsgemm import compile as compile_mod  # noqa: E402
 from wsgemm import config as cfg  # noqa: E402
-from wsgemm.kernels.common import scheduler  # noqa: E402
 from wsgemm.kernels.common.scheduler import TileGrid  # noqa: E402
 from wsgemm.kernels.sm90 import Sm90Gemm, TracePoint  # noqa: E402
 
@@ -143,23 +142,18 @@ def cupti_kernel_us(fn, runs: int, flush: torch.Tensor) -> float:
     return statistics.median(sorted(durations)[-runs:])
 
 
-def cta_tiles(config: GemmConfig, grid: TileGrid, clusters: int) -> list[tuple[int, int] | None]:
-    """Each stamped CTA's (tile row, tile column), in the stamps' order, where every
-    cluster runs one work item (None for a CTA whose tile lies wholly past the edge);
-    [] where clusters run more than one."""
-    if grid.units > clusters or config.split_k > 1 or config.stream_k:
+def cta_tiles(grid: TileGrid, clusters: int) -> list[tuple[int, int] | None]:
+    """Each stamped CTA's (tile row, tile column) (``TileGrid.cta_work``), in the
+    stamps' order, where every cluster runs one work item (None for a CTA whose tile
+    lies wholly past the edge, or that has no work); [] where clusters run more than one."""
+    if grid.units > clusters or grid.split_k > 1 or grid.stream_k:
         return []
-    cm, cn = config.cluster_m, config.cluster_n
-    along_m = config.raster == cfg.Raster.ALONG_M
     tiles = []
     for cluster in range(clusters):
-        c_m, c_n, _ = scheduler.cluster_coord_of_work(cluster, grid.clusters_m, grid.clusters_n, along_m,
-                                                      config.swizzle)
-        for cta_n in range(cn):
-            for cta_m in range(cm):
-                tile = (c_m * cm + cta_m, c_n * cn + cta_n)
-                inside = cluster < grid.units and tile[0] < grid.tiles_m and tile[1] < grid.tiles_n
-                tiles.append(tile if inside else None)
+        for cta_n in range(grid.cluster_n):
+            for cta_m in range(grid.cluster_m):
+                tile_m, tile_n, *_ = next(grid.cta_work(cluster, clusters, cta_m, cta_n), (grid.tiles_m, 0))
+                tiles.append((tile_m, tile_n) if tile_m < grid.tiles_m and tile_n < grid.tiles_n else None)
     return tiles
 
 
@@ -233,7 +227,7 @@ def run_case(text: str, runs: int, flush: torch.Tensor) -> dict:
     flags, partial_elems = api.launch_workspace_elems(grid, clusters, config)
     scratch = torch.zeros(flags + ctas * WORDS_PER_CTA, dtype=torch.int32, device="cuda")
     partials = torch.zeros(max(1, partial_elems), dtype=torch.float32, device="cuda")
-    tiles = cta_tiles(config, grid, clusters)
+    tiles = cta_tiles(grid, clusters)
     kernel = compile_traced(spec)
     traced = lambda: kernel(a, b, d, scratch, partials, clusters)  # noqa: E731
     traced()

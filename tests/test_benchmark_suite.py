@@ -485,9 +485,9 @@ def test_timeline_spreads_of_the_ctas_that_share_an_operand_tile(timeline):
 
     config = GemmConfig(tile_m=64, tile_n=128, cluster_m=2)
     grid = TileGrid.for_problem(192, 256, 1, config)
-    tiles = timeline.cta_tiles(config, grid, clusters=4)
+    tiles = timeline.cta_tiles(grid, clusters=4)
     assert tiles == [(0, 0), (1, 0), (2, 0), None, (0, 1), (1, 1), (2, 1), None]
-    assert timeline.cta_tiles(config, grid, clusters=2) == []  # two tiles per cluster: not one wave
+    assert timeline.cta_tiles(grid, clusters=2) == []  # two tiles per cluster: not one wave
     # Tile row r, column c lands k-block kb at 10 kb + r + 3 c us (+ 5 us from the 9th
     # k-block on in column 1): A sharers 3 us apart at first, then 8; B sharers 2 us.
     # A CTA past the edge reads nothing; its stamps (here as tile (0, 0)'s) are ignored.
