@@ -640,6 +640,28 @@ def test_clock_throttle_table_names_the_fastest_candidate_and_unsampled_phases()
     assert "| 8x8x8 | 0 | autotuner, 12 candidates | - | 2.0 | 2.5 (b) | 1575-1980 |" in md
 
 
+def test_hbm_ceiling_table_reports_the_fastest_read_and_each_gemms_rate(monkeypatch):
+    monkeypatch.syspath_prepend(str(BENCH_DIR))  # hbm_ceiling.py imports its siblings by name
+    pytest.importorskip("torch")
+    hbm_ceiling = load("hbm_ceiling")
+
+    assert hbm_ceiling.read_name(2048, 4, None) == "read b2048 w4 grid=blocks"
+    assert hbm_ceiling.read_name(8192, 8, 16) == "read b8192 w8 grid=16/SM"
+    row = {"n": 6144, "k": 4096, "weight_bytes": 50_331_648,
+           "read_us": {"torch.sum": 19.5, "read b2048 w4 grid=16/SM": 14.1, "read b8192 w8 grid=blocks": 15.0},
+           "gemm_us": {"1": {"wsgemm": 15.7, "torch.matmul": 16.3}}}
+    assert hbm_ceiling.best_read(row) == ("read b2048 w4 grid=16/SM", 14.1)
+    assert hbm_ceiling.rate(row, 14.1) == pytest.approx(3.57, abs=0.01)  # TB/s
+    report = {"name": "hbm_ceiling", "command": "python benchmarks/hbm_ceiling.py --tokens 1", "replays": 15,
+              "tokens": [1], "rows": [row],
+              "environment": {"gpu": "NVIDIA H200", "driver": "580", "torch": "2.11", "cutlass_dsl": "4.8",
+                              "date": "today"}}
+    md = hbm_ceiling.markdown(report)
+    assert "| weight (N x K) | MB | read (best) | torch.sum | wsgemm M=1 | cuBLAS M=1 |" in md
+    assert "| 6144x4096 | 50 | 3.57 (b2048 w4 grid=16/SM) | 2.58 | 3.21 | 3.09 |" in md
+    assert "Regenerate: `python benchmarks/hbm_ceiling.py --tokens 1`" in md
+
+
 def test_sustained_table_compares_back_to_back_calls_and_single_calls(monkeypatch):
     monkeypatch.syspath_prepend(str(BENCH_DIR))  # sustained.py imports its siblings by name
     pytest.importorskip("torch")
