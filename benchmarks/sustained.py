@@ -94,20 +94,22 @@ def back_to_back(fn, seconds: float) -> dict:
 
 
 def parse_config(text: str) -> wsgemm.GemmConfig:
-    """``TMxTN:CMxCN[:wS][:sD][:n]`` -> a GemmConfig: tile, cluster, raster band width S
-    (default 1), ring depth D (default: what the launch policy gives), and with ``:n``
-    a walk along N first (``Raster.ALONG_N``)."""
+    """``TMxTN:CMxCN[:wS][:sD][:n][:x]`` -> a GemmConfig: tile, cluster, raster band width
+    S (default 1), ring depth D (default: what the launch policy gives), with ``:n`` a
+    walk along N first (``Raster.ALONG_N``), with ``:x`` A and B swapped (``swap_ab``:
+    tile and cluster in the kernel's terms, the weight's rows along its M)."""
     tile, cluster, *rest = text.split(":")
     tile_m, tile_n = (int(v) for v in tile.split("x"))
     cluster_m, cluster_n = (int(v) for v in cluster.split("x"))
     swizzle = next((int(v.removeprefix("w")) for v in rest if v.startswith("w")), 1)
     stages = next((int(v.removeprefix("s")) for v in rest if v.startswith("s")), None)
     raster = wsgemm.Raster.ALONG_N if "n" in rest else wsgemm.Raster.ALONG_M
-    unknown = [v for v in rest if v != "n" and not v.startswith(("w", "s"))]
+    unknown = [v for v in rest if v not in ("n", "x") and not v.startswith(("w", "s"))]
     if unknown:
-        raise ValueError(f"{text!r}: {unknown} is neither a band width (wS), a ring depth (sD) nor n (walk along N)")
+        raise ValueError(f"{text!r}: {unknown} is neither a band width (wS), a ring depth (sD), n (walk along N) "
+                         "nor x (swap A and B)")
     return wsgemm.GemmConfig(tile_m=tile_m, tile_n=tile_n, cluster_m=cluster_m, cluster_n=cluster_n, swizzle=swizzle,
-                             stages=stages, raster=raster)
+                             stages=stages, raster=raster, swap_ab="x" in rest)
 
 
 def launched_as_given(config: wsgemm.GemmConfig):
@@ -128,8 +130,9 @@ def launched_as_given(config: wsgemm.GemmConfig):
         key = (a.shape, b.shape)
         if key not in configs:
             sms = torch.cuda.get_device_properties(a.device).multi_processor_count
-            launched = heuristics.as_launched("sm90", config, a.shape[0], b.shape[1], a.shape[1], 1, sms,
-                                              "bf16", "bf16")
+            # The launch policy plans on the kernel's own problem: N x M when A and B swap.
+            m, n = (b.shape[1], a.shape[0]) if config.swap_ab else (a.shape[0], b.shape[1])
+            launched = heuristics.as_launched("sm90", config, m, n, a.shape[1], 1, sms, "bf16", "bf16")
             launched = dataclasses.replace(launched, swizzle=config.swizzle)
             if config.stages is not None:
                 launched = heuristics.with_spare_epilogue_buffers(
@@ -253,8 +256,8 @@ def main(argv=None) -> int:
     p.add_argument("--min-gflop", type=float, default=MIN_GFLOP)
     p.add_argument("--bands", default="1,8", help="raster band widths of the default plan to add (empty: none)")
     p.add_argument("--configs", default="",
-                   help="configurations to add, TMxTN:CMxCN[:wS][:sD][:n] (e.g. 128x256:2x1:w8,128x256:2x2:w8; "
-                   ":n walks along N first), launched "
+                   help="configurations to add, TMxTN:CMxCN[:wS][:sD][:n][:x] (e.g. 128x256:2x1:w8,128x256:2x2:w8; "
+                   ":n walks along N first, :x swaps A and B), launched "
                    "as the default path launches its own, with the band width given")
     p.add_argument("--seconds", type=float, default=1.0, help="back-to-back seconds per implementation and round")
     p.add_argument("--rounds", type=int, default=2)

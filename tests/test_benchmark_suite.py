@@ -729,6 +729,27 @@ def test_sustained_configs_keep_the_band_width_they_name(monkeypatch):
                                                                        "wsgemm 128x256:2x1:w8"]
 
 
+def test_sustained_configs_can_swap_a_and_b_and_plan_on_the_kernels_problem(monkeypatch):
+    monkeypatch.syspath_prepend(str(BENCH_DIR))
+    torch = pytest.importorskip("torch")
+    sustained = load("sustained")
+    from wsgemm import heuristics
+
+    swapped = sustained.parse_config("192x96:4x1:x")
+    assert swapped.swap_ab and (swapped.tile_m, swapped.tile_n, swapped.cluster_m) == (192, 96, 4)
+    assert not sustained.parse_config("192x96:4x1").swap_ab
+    planned = []
+    monkeypatch.setattr(heuristics, "as_launched", lambda arch, config, m, n, k, *rest: planned.append((m, n, k))
+                        or config)
+    monkeypatch.setattr(sustained.wsgemm, "gemm", lambda a, b, config=None: None)
+    h200 = type("Properties", (), {"multi_processor_count": 132})
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda device: h200)
+    a, b = torch.empty(192, 8192, device="meta"), torch.empty(8192, 10240, device="meta")
+    sustained.launched_as_given(swapped)(a, b)
+    sustained.launched_as_given(sustained.parse_config("128x160:2x1"))(a, b)
+    assert planned == [(10240, 192, 8192), (192, 10240, 8192)]  # the weight's rows on the kernel's M when swapped
+
+
 def test_sustained_configs_keep_the_ring_depth_they_name(monkeypatch):
     """``:sD`` names a ring depth the launch policy would change (here its 7-stage ring
     for one wave of shared 64x128 tiles); the epilogue then gets the buffers that fit."""
