@@ -402,6 +402,16 @@ def test_the_default_path_runs_three_token_tiles_beside_256_row_weight_tiles():
     check(run(a, w.t()), a, w.t())
 
 
+def test_the_default_path_runs_two_token_tiles_beside_192_row_weight_tiles():
+    # M = 150: two token tiles of 80 (the second 70); 53 weight tiles of 192 rows (the
+    # last 16), each in a 1x2 cluster multicasting it to both token tiles; K ragged.
+    a, w = rand(150, 4104), rand(10000, 4104)
+    plan = wsgemm.api.make_plan(a, w.t(), None, None, None)
+    config = plan.spec.config
+    assert plan.mode == "swap" and (config.tile_m, config.tile_n, config.cluster_n) == (192, 80, 2), plan
+    check(run(a, w.t()), a, w.t())
+
+
 def test_the_default_path_runs_two_rows_of_192_row_tiles_in_pairs():
     # M = 300: two 192-row tiles, the second 108 rows; 64 columns of 96 (one wave of pairs).
     a, w = rand(300, 4100), rand(6144, 4100)

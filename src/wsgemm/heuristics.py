@@ -222,6 +222,27 @@ SWAP_THREE_TILES_MIN_M = 257
 SWAP_THREE_TILES_MAX_M = 336
 SWAP_THREE_TILES_WEIGHT_TILE_M = 256
 SWAP_MAX_M = max(SWAP_TWO_TILES_MAX_M, SWAP_FOUR_TILES_MAX_M)
+# Two token tiles fitted to the tokens beside 192-row weight tiles, the pair in a 1x2
+# cluster that multicasts each weight tile to both, in one wave of unsplit k-loops of
+# ONE_WAVE_MIN_K_BLOCKS to SWAP_TALL_PAIRS_MAX_K_BLOCKS whose CTAs fill at least
+# SWAP_TALL_PAIRS_MIN_FILL of the SMs; rated TALL_TILES_GAIN faster. Up to M = 192,
+# one 192-wide token tile beside them would leave half the SMs idle, and pairs of
+# 128-row weight tiles need more than one wave past 8448 rows, so the model chose
+# split swaps or plain 128x160 tiles whose second tile row computes padding, which the
+# GPU pays for in clock at its power limit (section 47). Measured (benchmarks/NOTES.md
+# section 47): on the 8 shapes of the sweep where the model now picks them (M = 136-192,
+# 9216- to 12288-row weights, K = 4096-8192; ``results/sweep_tall_two_token_tiles.json.gz``)
+# 1.148x faster than the plans before in single calls, 1.085x in graph replays; on 11
+# shapes beside the code before (9 held out; ``results/tall_pairs_ab.json.gz``) 1.162x
+# and 1.151x (each 1.03x or more), 0.95x -> 1.11x of cuBLAS in single calls and
+# 0.94x -> 1.08x in graph replays. Not on 8192-row weights, whose 86 CTAs ran 0.91-0.96x
+# of the 128-row pairs' 128, nor at K = 14336 (0.96x and 0.89x of a split swap).
+# cuBLAS runs these tiles on 12288- and 12672-row weights (``nvjet_sm90_tst_192x72_64x6_1x2``,
+# 192x88, 192x96), and on 10240 rows 256x64 tiles beside three token tiles in 4x1
+# clusters, which this kernel runs 14-17 % slower per clock.
+SWAP_TALL_PAIRS_TILE_M = 192
+SWAP_TALL_PAIRS_MIN_FILL = 0.7
+SWAP_TALL_PAIRS_MAX_K_BLOCKS = 128
 PLAIN_TILE_N = (256, 224, 192, 160, 128, 96, 64)
 # Past the swaps' M, 128-row tiles may also take the odd multiples of 16 between those
 # widths, where they fit the waves better (1536x2560x8192: 11 columns of 240 fill 132
@@ -373,7 +394,8 @@ def ranked_sm90_configs(m: int, n: int, k: int, batches: int, sm_count: int, can
     to ``SWAP_TWO_TILES_MAX_M``, where two N tiles hold them with less padding than
     128-row M tiles, and up to ``SWAP_FOUR_TILES_MAX_M``, where four N tiles and the
     weight's 128-row tiles make one wave (up to ``SWAP_TALL_TILES_MAX_M`` also one N
-    tile beside the weight's 192- or 256-row tiles in one wave). Where the swap is declined,
+    tile beside the weight's 192- or 256-row tiles, or two paired beside 192-row ones,
+    in one wave). Where the swap is declined,
     tall tiles may still displace the plain plan: two rows of plain 192-row tiles
     (``PLAIN_TALL_TILE_M``) or three token tiles beside 256-row weight tiles
     (``SWAP_THREE_TILES_MIN_M``).
@@ -582,6 +604,7 @@ def _swapped_candidates(m, n, k, sm_count, model):
     candidates = list(_candidates(n, m, k, 1, sm_count, (64, 128), tuple(narrow), True, model, min_item_k_blocks))
     candidates += _four_token_tiles(m, n, k, sm_count, model)
     candidates += _one_token_tile_on_tall_weight_tiles(m, n, k, sm_count, model)
+    candidates += _two_token_tiles_on_tall_weight_tiles(m, n, k, sm_count, model)
     return _break_ties(candidates) if candidates else []
 
 
@@ -612,6 +635,24 @@ def _one_token_tile_on_tall_weight_tiles(m, n, k, sm_count, model):
         return []
     measured = _tall_tile_rates(model)
     return _unsplit_swaps(m, n, k, sm_count, one_wave, fitted_token_tile(m, 1), measured)
+
+
+def _two_token_tiles_on_tall_weight_tiles(m, n, k, sm_count, model):
+    """Swapped candidates whose two token tiles (fitted to ``m``, past ``SWAP_AB_MAX_M``
+    up to ``SWAP_TALL_TILES_MAX_M``) sit beside ``SWAP_TALL_PAIRS_TILE_M``-row weight
+    tiles, paired in 1x2 clusters, in one wave of unsplit k-loops of
+    ``ONE_WAVE_MIN_K_BLOCKS`` to ``SWAP_TALL_PAIRS_MAX_K_BLOCKS`` whose CTAs fill at
+    least ``SWAP_TALL_PAIRS_MIN_FILL`` of the SMs; their rates taken
+    ``TALL_TILES_GAIN`` times ``model``'s."""
+    k_blocks = ceil_div(k, TILE_K)
+    if not SWAP_AB_MAX_M < m <= SWAP_TALL_TILES_MAX_M or not (
+            ONE_WAVE_MIN_K_BLOCKS <= k_blocks <= SWAP_TALL_PAIRS_MAX_K_BLOCKS):
+        return []
+    if 2 * ceil_div(n, SWAP_TALL_PAIRS_TILE_M) < SWAP_TALL_PAIRS_MIN_FILL * sm_count:
+        return []
+    measured = _tall_tile_rates(model)
+    swaps = _unsplit_swaps(m, n, k, sm_count, (SWAP_TALL_PAIRS_TILE_M,), fitted_token_tile(m, 2), measured)
+    return [(seconds, c) for seconds, c in swaps if _in_one_wave(n, m, c, sm_count)]
 
 
 def _three_token_tiles_on_tall_weight_tiles(m, n, k, sm_count, model):
@@ -712,12 +753,14 @@ def _clusters(tile_m, tiles_m, tiles_n, swap_ab):
     18's sweep); 64-row tiles in 1x2 clusters, whose A box is 8 KB a k-block, ran up
     to 1.2x slower than unclustered ones (NOTES section 30). Swapped: the weight is
     A, multicast along N; two or four N tiles of tokens are always paired (see
-    ``_swapped_candidates``); tall weight tiles beside one token tile may pair along
-    M, sharing it."""
+    ``_swapped_candidates``, two beside tall weight tiles too); tall weight tiles
+    beside one or three token tiles may pair along M, sharing one."""
     if swap_ab:
+        if tiles_n in (2, 4):
+            return [(1, 2)]
         if tile_m in SWAP_TALL_TILE_M and tiles_m >= 2:
-            return [(1, 1), (2, 1)]  # one token tile: pairs of weight tiles share it
-        return [(1, 2)] if tiles_n in (2, 4) else [(1, 1)]
+            return [(1, 1), (2, 1)]  # one or three token tiles: pairs of weight tiles share one
+        return [(1, 1)]
     along_m = [(1, 1), (2, 1)] if tiles_m >= 2 else [(1, 1)]
     if tiles_m < 2 or tiles_n < 2:
         return along_m
