@@ -49,7 +49,7 @@ def main(argv=None) -> int:
     p.add_argument("--shape", default="8192x8192x256", help="MxNxK")
     p.add_argument("--dtype", default="bf16")
     p.add_argument("--impls", default="wsgemm,torch.matmul,quack")
-    p.add_argument("--configs", default="", help="wsgemm configurations to profile too, TMxTN:CMxCN[:wS][:sD][:n] "
+    p.add_argument("--configs", default="", help="wsgemm configurations to profile too, TMxTN:CMxCN[:wS][:sD][:n][:x] "
                    "(as benchmarks/sustained.py takes them)")
     p.add_argument("--weight", action="store_true", help="B = W.t() of an (N, K) weight, as nn.Linear stores it")
     args = p.parse_args(argv)
