@@ -24,7 +24,6 @@ and ``.md``.
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
 from pathlib import Path
 
@@ -33,6 +32,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_gemm import environment, gpu_state, results_json  # noqa: E402
 from result_files import regenerate_command, write_text  # noqa: E402
+from suite import TOLERANCE, check  # noqa: E402
 
 import wsgemm  # noqa: E402
 import wsgemm.timing  # noqa: E402
@@ -96,9 +96,9 @@ def time_weight(n: int, k: int, tokens: list[int], replays: int, flush) -> dict:
         ref = a.float() @ b.float()
         calls = {"wsgemm": lambda a, b: wsgemm.gemm(a, b), "torch.matmul": torch.matmul}
         for name, fn in calls.items():  # a wrong answer is reported, not timed
-            out = fn(a, b).float()
-            if not torch.allclose(out, ref, rtol=2e-2, atol=2e-2 * ref.abs().max().item()):
-                raise SystemExit(f"{name} wrong at {m}x{n}x{k}")
+            verdict = check(fn, a, b, ref, TOLERANCE["bf16"])
+            if verdict["status"] != "ok":
+                raise SystemExit(f"{name} at {m}x{n}x{k}: {verdict}")
         times = wsgemm.timing.time_graph_replays(calls, a, b, flush, CALLS_PER_GRAPH, replays)
         row["gemm_us"][str(m)] = {name: ms * 1e3 for name, ms in times.items()}
     return row
@@ -159,7 +159,6 @@ def main(argv=None) -> int:
                           for m, g in row["gemm_us"].items()), flush=True)
         report["rows"].append(row)
     report["gpu_after"] = gpu_state()
-    report["median_read_tbs"] = statistics.median(rate(r, best_read(r)[1]) for r in report["rows"])
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     write_text(out / f"{args.name}.json.gz", results_json(report))

@@ -650,9 +650,7 @@ def _two_token_tiles_on_tall_weight_tiles(m, n, k, sm_count, model):
         return []
     if 2 * ceil_div(n, SWAP_TALL_PAIRS_TILE_M) < SWAP_TALL_PAIRS_MIN_FILL * sm_count:
         return []
-    measured = _tall_tile_rates(model)
-    swaps = _unsplit_swaps(m, n, k, sm_count, (SWAP_TALL_PAIRS_TILE_M,), fitted_token_tile(m, 2), measured)
-    return [(seconds, c) for seconds, c in swaps if _in_one_wave(n, m, c, sm_count)]
+    return _tall_swaps_in_one_wave(m, n, k, sm_count, model, SWAP_TALL_PAIRS_TILE_M, 2)
 
 
 def _three_token_tiles_on_tall_weight_tiles(m, n, k, sm_count, model):
@@ -663,8 +661,15 @@ def _three_token_tiles_on_tall_weight_tiles(m, n, k, sm_count, model):
     ``ONE_WAVE_MIN_K_BLOCKS``; their rates taken ``TALL_TILES_GAIN`` times ``model``'s."""
     if not SWAP_THREE_TILES_MIN_M <= m <= SWAP_THREE_TILES_MAX_M or ceil_div(k, TILE_K) < ONE_WAVE_MIN_K_BLOCKS:
         return []
-    measured = _tall_tile_rates(model)
-    swaps = _unsplit_swaps(m, n, k, sm_count, (SWAP_THREE_TILES_WEIGHT_TILE_M,), fitted_token_tile(m, 3), measured)
+    return _tall_swaps_in_one_wave(m, n, k, sm_count, model, SWAP_THREE_TILES_WEIGHT_TILE_M, 3)
+
+
+def _tall_swaps_in_one_wave(m, n, k, sm_count, model, weight_tile, token_tiles):
+    """Unsplit swaps of ``token_tiles`` token tiles fitted to ``m`` beside
+    ``weight_tile``-row weight tiles whose clusters all run at once, at the tall
+    tiles' rates (:func:`_tall_tile_rates`)."""
+    swaps = _unsplit_swaps(m, n, k, sm_count, (weight_tile,), fitted_token_tile(m, token_tiles),
+                           _tall_tile_rates(model))
     return [(seconds, c) for seconds, c in swaps if _in_one_wave(n, m, c, sm_count)]
 
 
