@@ -15,11 +15,12 @@ the register count in the cubin, wgmmas per k-block. Part 2 shows the checks
 ``make_spec`` runs before compiling. Part 3 is where the default path uses such
 tiles (swapped, one token tile beside 192- or 256-row weight tiles in one wave, at
 M = 129-192, where cuBLAS runs the same tiles, or two token tiles beside 192-row ones,
-each pair sharing its weight tile, on 9216- to 12672-row weights; plain, two rows of
+each pair sharing its weight tile, on 9216- to 12672-row weights up to M = 224; plain, two rows of
 192-row tiles paired along M at M = 257-384) with the times measured on an H200, read
 from the committed benchmarks/results/swap_256_rows_ab.json.gz,
-swap_192_rows_ab.json.gz, tall_pairs_ab.json.gz and plain_tall_tiles_ab.json.gz
-(benchmarks/NOTES.md sections 39, 41 and 47).
+swap_192_rows_ab.json.gz, tall_pairs_ab.json.gz, tall_pairs_wider.json.gz (its last
+two shapes are unchanged controls) and plain_tall_tiles_ab.json.gz (benchmarks/NOTES.md
+sections 39, 41, 47 and 48).
 
 Needs: any machine (compile only; committed measurements).
 Run:   python examples/15_tall_tiles_and_the_register_count.py
@@ -68,8 +69,8 @@ def part2() -> None:
 
 
 def part3() -> None:
-    for m, n, k in ((136, 28672, 4096), (176, 22016, 8192), (192, 10240, 8192), (136, 6144, 4096),
-                    (384, 6144, 4096)):
+    for m, n, k in ((136, 28672, 4096), (176, 22016, 8192), (192, 10240, 8192), (208, 12288, 8192),
+                    (136, 6144, 4096), (384, 6144, 4096)):
         chosen = heuristics.choose_config("sm90", m, n, k, 1, H200_SMS, can_swap=True)
         rows = ("no tall tiles (they would be split)" if chosen.tile_m <= 128 else
                 f"{chosen.tile_m}-row weight tiles beside two token tiles, each pair sharing its weight tile"
@@ -83,6 +84,7 @@ def part3() -> None:
     plain = json.loads(gzip.decompress((RESULTS / "plain_tall_tiles_ab.json.gz").read_bytes()))
     reports = [json.loads(gzip.decompress((RESULTS / f"{name}.json.gz").read_bytes()))
                for name in ("swap_256_rows_ab", "swap_192_rows_ab", "tall_pairs_ab")] + [
+                   json.loads(gzip.decompress((RESULTS / "tall_pairs_wider.json.gz").read_bytes()))["ab"],
                    plain["runs"]["2_after_the_swap_heldout"]]
     for report in reports:
         for shape in report["shapes"]:

@@ -402,13 +402,16 @@ def test_the_default_path_runs_three_token_tiles_beside_256_row_weight_tiles():
     check(run(a, w.t()), a, w.t())
 
 
-def test_the_default_path_runs_two_token_tiles_beside_192_row_weight_tiles():
+@pytest.mark.parametrize("m, n, k, width", [(150, 10000, 4104, 80), (210, 11000, 10184, 112)])
+def test_the_default_path_runs_two_token_tiles_beside_192_row_weight_tiles(m, n, k, width):
     # M = 150: two token tiles of 80 (the second 70); 53 weight tiles of 192 rows (the
     # last 16), each in a 1x2 cluster multicasting it to both token tiles; K ragged.
-    a, w = rand(150, 4104), rand(10000, 4104)
+    # M = 210: two of 112 (the second 98) beside 58 weight tiles (the last 56 rows), a
+    # 160-k-block loop whose last k-block holds 8 columns.
+    a, w = rand(m, k), rand(n, k)
     plan = wsgemm.api.make_plan(a, w.t(), None, None, None)
     config = plan.spec.config
-    assert plan.mode == "swap" and (config.tile_m, config.tile_n, config.cluster_n) == (192, 80, 2), plan
+    assert plan.mode == "swap" and (config.tile_m, config.tile_n, config.cluster_n) == (192, width, 2), plan
     check(run(a, w.t()), a, w.t())
 
 

@@ -10,6 +10,7 @@ from wsgemm.heuristics import (
     PLAIN_TILE_N,
     SPARE_EPILOGUE_BUFFERS,
     SWAP_TALL_PAIRS_MAX_K_BLOCKS,
+    SWAP_TALL_PAIRS_MAX_M,
     SWAP_TALL_TILES_MAX_M,
     SWAP_THREE_TILES_MAX_M,
     SWAP_FOUR_TILES_MAX_M,
@@ -490,14 +491,15 @@ def test_one_token_tile_beside_tall_weight_tiles_in_one_wave(m, n, k, rows, widt
 
 
 @pytest.mark.parametrize("m, n, k, width", [(192, 10240, 8192, 96), (144, 10240, 8192, 80), (136, 10240, 4096, 80),
-                                            (160, 11008, 4096, 80), (192, 9216, 4096, 96), (192, 12288, 4096, 96)])
+                                            (160, 11008, 4096, 80), (192, 9216, 4096, 96), (192, 12288, 4096, 96),
+                                            (160, 10240, 10240, 80), (224, 11008, 4096, 112), (200, 12288, 8192, 112)])
 def test_two_token_tiles_beside_192_row_weight_tiles_in_pairs(m, n, k, width):
-    """M = 129-192 on 9216- to 12288-row weights: two token tiles fitted to M beside
+    """M = 129-224 on 9216- to 12288-row weights: two token tiles fitted to M beside
     48-64 weight tiles of 192 rows, each pair of token tiles in a 1x2 cluster sharing
-    the weight tile (NOTES section 47). Not on 8192 rows (86 CTAs, under
+    the weight tile (NOTES sections 47-48). Not on 8192 rows (86 CTAs, under
     SWAP_TALL_PAIRS_MIN_FILL of the SMs), past SWAP_TALL_PAIRS_MAX_K_BLOCKS or under
-    ONE_WAVE_MIN_K_BLOCKS k-blocks, past one wave of pairs, outside M = 129-192, or
-    where the operands cannot swap."""
+    ONE_WAVE_MIN_K_BLOCKS k-blocks, past one wave of pairs, outside M = 129-224
+    (SWAP_TALL_PAIRS_MAX_M), or where the operands cannot swap."""
     chosen = choose_config("sm90", m, n, k, 1, H200_SMS, can_swap=True)
     assert chosen.swap_ab and (chosen.tile_m, chosen.tile_n, chosen.cluster_m, chosen.cluster_n,
                                chosen.split_k) == (192, width, 1, 2, 1), chosen
@@ -512,7 +514,7 @@ def test_two_token_tiles_beside_192_row_weight_tiles_in_pairs(m, n, k, width):
     assert not tall_pairs(m, n, (SWAP_TALL_PAIRS_MAX_K_BLOCKS + 1) * 64)
     assert not tall_pairs(m, n, (ONE_WAVE_MIN_K_BLOCKS - 1) * 64)
     assert not tall_pairs(m, 13824, k)  # 72 weight tiles: more than one wave of pairs
-    assert not tall_pairs(SWAP_TALL_TILES_MAX_M + 16, n, k) and not tall_pairs(128, n, k)
+    assert not tall_pairs(SWAP_TALL_PAIRS_MAX_M + 16, n, k) and not tall_pairs(128, n, k)
 
 
 @pytest.mark.parametrize("m, n, k, width", [(384, 6144, 4096, 96), (320, 6144, 4096, 96), (352, 7168, 8192, 112),

@@ -225,24 +225,33 @@ SWAP_MAX_M = max(SWAP_TWO_TILES_MAX_M, SWAP_FOUR_TILES_MAX_M)
 # Two token tiles fitted to the tokens beside 192-row weight tiles, the pair in a 1x2
 # cluster that multicasts each weight tile to both, in one wave of unsplit k-loops of
 # ONE_WAVE_MIN_K_BLOCKS to SWAP_TALL_PAIRS_MAX_K_BLOCKS whose CTAs fill at least
-# SWAP_TALL_PAIRS_MIN_FILL of the SMs; rated TALL_TILES_GAIN faster. Up to M = 192,
-# one 192-wide token tile beside them would leave half the SMs idle, and pairs of
-# 128-row weight tiles need more than one wave past 8448 rows, so the model chose
-# split swaps or plain 128x160 tiles whose second tile row computes padding, which the
-# GPU pays for in clock at its power limit (section 47). Measured (benchmarks/NOTES.md
-# section 47): on the 8 shapes of the sweep where the model now picks them (M = 136-192,
-# 9216- to 12288-row weights, K = 4096-8192; ``results/sweep_tall_two_token_tiles.json.gz``)
-# 1.148x faster than the plans before in single calls, 1.085x in graph replays; on 11
-# shapes beside the code before (9 held out; ``results/tall_pairs_ab.json.gz``) 1.162x
-# and 1.151x (each 1.03x or more), 0.95x -> 1.11x of cuBLAS in single calls and
-# 0.94x -> 1.08x in graph replays. Not on 8192-row weights, whose 86 CTAs ran 0.91-0.96x
-# of the 128-row pairs' 128, nor at K = 14336 (0.96x and 0.89x of a split swap).
-# cuBLAS runs these tiles on 12288- and 12672-row weights (``nvjet_sm90_tst_192x72_64x6_1x2``,
-# 192x88, 192x96), and on 10240 rows 256x64 tiles beside three token tiles in 4x1
-# clusters, which this kernel runs 14-17 % slower per clock.
+# SWAP_TALL_PAIRS_MIN_FILL of the SMs, up to SWAP_TALL_PAIRS_MAX_M tokens; rated
+# TALL_TILES_GAIN faster. Up to M = 192, one 192-wide token tile beside them would leave
+# half the SMs idle, and pairs of 128-row weight tiles need more than one wave past 8448
+# rows, so the model chose split swaps or plain 128x160 tiles whose second tile row
+# computes padding, which the GPU pays for in clock at its power limit (section 47).
+# Measured (benchmarks/NOTES.md section 47): on the 8 shapes of the sweep where the
+# model now picks them (M = 136-192, 9216- to 12288-row weights, K = 4096-8192;
+# ``results/sweep_tall_two_token_tiles.json.gz``) 1.148x faster than the plans before in
+# single calls, 1.085x in graph replays; on 11 shapes beside the code before (9 held
+# out; ``results/tall_pairs_ab.json.gz``) 1.162x and 1.151x (each 1.03x or more), 0.95x
+# -> 1.11x of cuBLAS in single calls and 0.94x -> 1.08x in graph replays. Not on
+# 8192-row weights, whose 86 CTAs ran 0.91-0.96x of the 128-row pairs' 128. Section 48
+# (``results/tall_pairs_wider.json.gz``) widened the rule to the limits it measured:
+# k-loops of up to 160 k-blocks (K = 10240; at 192 k-blocks one of two shapes lost 4 %
+# in graph replays, and at K = 14336 they ran 0.96x and 0.89x of a split swap) and
+# M = 193-224, two token tiles of 112 (at M = 256 two of 128 ran 0.87-1.00x of the
+# default). There the model picks them on 11008- to 12672-row weights, where cuBLAS runs
+# the same tiles (``nvjet_sm90_tst_192x104_64x5_1x2``, 192x112), not on 9216 and 10240
+# rows, where they ran 0.96x and 1.00x of the default. On 13 held-out shapes beside the
+# code before: 1.085x faster in single calls, 1.077x in graph replays (each 1.0x or
+# more), 0.92x -> 1.00x of cuBLAS and 0.94x -> 1.02x. cuBLAS runs 192x72-192x96 tiles
+# on 12288- and 12672-row weights at M <= 192, and on 10240 rows 256x64 tiles beside
+# three token tiles in 4x1 clusters, which this kernel runs 14-17 % slower per clock.
 SWAP_TALL_PAIRS_TILE_M = 192
 SWAP_TALL_PAIRS_MIN_FILL = 0.7
-SWAP_TALL_PAIRS_MAX_K_BLOCKS = 128
+SWAP_TALL_PAIRS_MAX_K_BLOCKS = 160
+SWAP_TALL_PAIRS_MAX_M = 224
 PLAIN_TILE_N = (256, 224, 192, 160, 128, 96, 64)
 # Past the swaps' M, 128-row tiles may also take the odd multiples of 16 between those
 # widths, where they fit the waves better (1536x2560x8192: 11 columns of 240 fill 132
@@ -639,13 +648,13 @@ def _one_token_tile_on_tall_weight_tiles(m, n, k, sm_count, model):
 
 def _two_token_tiles_on_tall_weight_tiles(m, n, k, sm_count, model):
     """Swapped candidates whose two token tiles (fitted to ``m``, past ``SWAP_AB_MAX_M``
-    up to ``SWAP_TALL_TILES_MAX_M``) sit beside ``SWAP_TALL_PAIRS_TILE_M``-row weight
+    up to ``SWAP_TALL_PAIRS_MAX_M``) sit beside ``SWAP_TALL_PAIRS_TILE_M``-row weight
     tiles, paired in 1x2 clusters, in one wave of unsplit k-loops of
     ``ONE_WAVE_MIN_K_BLOCKS`` to ``SWAP_TALL_PAIRS_MAX_K_BLOCKS`` whose CTAs fill at
     least ``SWAP_TALL_PAIRS_MIN_FILL`` of the SMs; their rates taken
     ``TALL_TILES_GAIN`` times ``model``'s."""
     k_blocks = ceil_div(k, TILE_K)
-    if not SWAP_AB_MAX_M < m <= SWAP_TALL_TILES_MAX_M or not (
+    if not SWAP_AB_MAX_M < m <= SWAP_TALL_PAIRS_MAX_M or not (
             ONE_WAVE_MIN_K_BLOCKS <= k_blocks <= SWAP_TALL_PAIRS_MAX_K_BLOCKS):
         return []
     if 2 * ceil_div(n, SWAP_TALL_PAIRS_TILE_M) < SWAP_TALL_PAIRS_MIN_FILL * sm_count:
