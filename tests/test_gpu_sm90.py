@@ -415,6 +415,16 @@ def test_the_default_path_runs_two_token_tiles_beside_192_row_weight_tiles(m, n,
     check(run(a, w.t()), a, w.t())
 
 
+def test_the_default_path_runs_two_rows_of_128_row_tiles_filling_one_wave():
+    # M = 230: two rows of 128-row tiles (the second 102 rows) in 2x1 clusters; 63
+    # columns of 144 (the last 72 wide) on a 9000-row weight, 126 CTAs; K ragged.
+    a, w = rand(230, 4104), rand(9000, 4104)
+    plan = wsgemm.api.make_plan(a, w.t(), None, None, None)
+    config = plan.spec.config
+    assert plan.mode != "swap" and (config.tile_m, config.tile_n, config.cluster_m) == (128, 144, 2), plan
+    check(run(a, w.t()), a, w.t())
+
+
 def test_the_default_path_runs_two_rows_of_192_row_tiles_in_pairs():
     # M = 300: two 192-row tiles, the second 108 rows; 64 columns of 96 (one wave of pairs).
     a, w = rand(300, 4100), rand(6144, 4100)

@@ -16,6 +16,7 @@ from wsgemm.heuristics import (
     SWAP_FOUR_TILES_MAX_M,
     SWAP_TWO_TILES_MAX_M,
     SWAP_TWO_TILES_MIN_K_BLOCKS,
+    TWO_ROWS_FILLING_MIN_M,
     _swapped_candidates,
     _tile_seconds,
     _widths_filling_waves,
@@ -515,6 +516,28 @@ def test_two_token_tiles_beside_192_row_weight_tiles_in_pairs(m, n, k, width):
     assert not tall_pairs(m, n, (ONE_WAVE_MIN_K_BLOCKS - 1) * 64)
     assert not tall_pairs(m, 13824, k)  # 72 weight tiles: more than one wave of pairs
     assert not tall_pairs(SWAP_TALL_PAIRS_MAX_M + 16, n, k) and not tall_pairs(128, n, k)
+
+
+@pytest.mark.parametrize("m, n, k, width", [(256, 9216, 4096, 144), (240, 11008, 8192, 176), (232, 7168, 8192, 112),
+                                            (256, 5120, 8192, 80), (248, 9216, 14336, 144)])
+def test_two_rows_of_128_row_tiles_take_the_width_that_fills_one_wave(m, n, k, width):
+    """At M = 193-256 two rows of 128-row tiles in 2x1 clusters, in the width whose
+    columns make one wave of the pairs (126-128 CTAs; NOTES section 49), unsplit. Not
+    below TWO_ROWS_FILLING_MIN_M, for k-loops under ONE_WAVE_MIN_K_BLOCKS, for batched
+    problems, or where the model swaps A and B (two token tiles beside 192-row weight
+    tiles at M <= 224 on an 11008-row weight)."""
+    chosen = choose_config("sm90", m, n, k, 1, H200_SMS, can_swap=True)
+    assert not chosen.swap_ab and (chosen.tile_m, chosen.tile_n, chosen.cluster_m, chosen.cluster_n,
+                                   chosen.split_k) == (128, width, 2, 1, 1), chosen
+    assert 2 * ceil_div(n, width) <= H200_SMS < 2 * ceil_div(n, width - 16)
+
+    def fills(m, n, k, batches=1):
+        c = choose_config("sm90", m, n, k, batches, H200_SMS, can_swap=True)
+        return (c.tile_m, c.tile_n, c.cluster_m, c.split_k) == (128, width, 2, 1) and not c.swap_ab
+
+    assert not fills(m, n, (ONE_WAVE_MIN_K_BLOCKS - 1) * 64)
+    assert not fills(TWO_ROWS_FILLING_MIN_M - 17, n, k) and not fills(m, n, k, batches=2)
+    assert choose_config("sm90", 208, 11008, 4096, 1, H200_SMS, can_swap=True).swap_ab
 
 
 @pytest.mark.parametrize("m, n, k, width", [(384, 6144, 4096, 96), (320, 6144, 4096, 96), (352, 7168, 8192, 112),

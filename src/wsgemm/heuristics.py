@@ -226,32 +226,39 @@ SWAP_MAX_M = max(SWAP_TWO_TILES_MAX_M, SWAP_FOUR_TILES_MAX_M)
 # cluster that multicasts each weight tile to both, in one wave of unsplit k-loops of
 # ONE_WAVE_MIN_K_BLOCKS to SWAP_TALL_PAIRS_MAX_K_BLOCKS whose CTAs fill at least
 # SWAP_TALL_PAIRS_MIN_FILL of the SMs, up to SWAP_TALL_PAIRS_MAX_M tokens; rated
-# TALL_TILES_GAIN faster. Up to M = 192, one 192-wide token tile beside them would leave
-# half the SMs idle, and pairs of 128-row weight tiles need more than one wave past 8448
-# rows, so the model chose split swaps or plain 128x160 tiles whose second tile row
-# computes padding, which the GPU pays for in clock at its power limit (section 47).
-# Measured (benchmarks/NOTES.md section 47): on the 8 shapes of the sweep where the
-# model now picks them (M = 136-192, 9216- to 12288-row weights, K = 4096-8192;
-# ``results/sweep_tall_two_token_tiles.json.gz``) 1.148x faster than the plans before in
-# single calls, 1.085x in graph replays; on 11 shapes beside the code before (9 held
-# out; ``results/tall_pairs_ab.json.gz``) 1.162x and 1.151x (each 1.03x or more), 0.95x
-# -> 1.11x of cuBLAS in single calls and 0.94x -> 1.08x in graph replays. Not on
-# 8192-row weights, whose 86 CTAs ran 0.91-0.96x of the 128-row pairs' 128. Section 48
-# (``results/tall_pairs_wider.json.gz``) widened the rule to the limits it measured:
-# k-loops of up to 160 k-blocks (K = 10240; at 192 k-blocks one of two shapes lost 4 %
-# in graph replays, and at K = 14336 they ran 0.96x and 0.89x of a split swap) and
-# M = 193-224, two token tiles of 112 (at M = 256 two of 128 ran 0.87-1.00x of the
-# default). There the model picks them on 11008- to 12672-row weights, where cuBLAS runs
-# the same tiles (``nvjet_sm90_tst_192x104_64x5_1x2``, 192x112), not on 9216 and 10240
-# rows, where they ran 0.96x and 1.00x of the default. On 13 held-out shapes beside the
-# code before: 1.085x faster in single calls, 1.077x in graph replays (each 1.0x or
-# more), 0.92x -> 1.00x of cuBLAS and 0.94x -> 1.02x. cuBLAS runs 192x72-192x96 tiles
-# on 12288- and 12672-row weights at M <= 192, and on 10240 rows 256x64 tiles beside
-# three token tiles in 4x1 clusters, which this kernel runs 14-17 % slower per clock.
+# TALL_TILES_GAIN faster. There one 192-wide token tile would leave half the SMs idle,
+# and pairs of 128-row weight tiles need more than one wave past 8448 rows, so the
+# model chose split swaps or plain 128x160 tiles whose second tile row computes
+# padding, which the GPU pays for in clock at its power limit. Measured
+# (benchmarks/NOTES.md sections 47-48, ``results/tall_pairs_ab.json.gz``,
+# ``tall_pairs_wider.json.gz``): on 24 shapes (22 held out) of M = 130-224, 9216- to
+# 12672-row weights, K = 4096-10240, 1.08-1.16x faster than the plans before in
+# single calls and graph replays, from 0.92-0.95x to 1.00-1.11x of cuBLAS, which runs
+# the same tiles on 12288- and 12672-row weights (``nvjet_sm90_tst_192x72_64x6_1x2``
+# to 192x112). Not on 8192-row weights (86 CTAs, 0.91-0.96x of the 128-row pairs),
+# past 160 k-blocks (at 192 one of two shapes lost 4 % in graph replays; at K = 14336
+# 0.89-0.96x of a split swap), nor at M = 256 (two 128-wide token tiles 0.87-1.00x of
+# the default). At M = 193-224 the model picks them on 11008- to 12672-row weights,
+# not on 9216 and 10240 rows, where they ran 0.96x and 1.00x of the default.
 SWAP_TALL_PAIRS_TILE_M = 192
 SWAP_TALL_PAIRS_MIN_FILL = 0.7
 SWAP_TALL_PAIRS_MAX_K_BLOCKS = 160
 SWAP_TALL_PAIRS_MAX_M = 224
+# Two rows of 128-row tiles (M = 193-256) in 2x1 clusters, each pair reading its weight
+# tile once, in the width (a multiple of 16) whose columns make one wave of the pairs:
+# 64 columns of 144 on a 9216-row weight, 63 of 176 on 11008, 64 of 112 on 7168, 64 of
+# 80 on 5120 (126-128 CTAs), where the model's plans used 116 (2x2 clusters), 64-row
+# tiles or a split, and cuBLAS runs 144-, 112-, 80- and 168-wide tiles. The model rates
+# the 80- and 112-wide ones 10-30 % slower than they ran (it adds up both operands' L2
+# loads), so their rates are taken this much faster. Measured (benchmarks/NOTES.md
+# section 49, ``results/two_rows_filling.json.gz``): on 12 held-out shapes 1.050x
+# faster in single calls, 1.068x in graph replays, 0.96x -> 1.01x and 0.96x -> 1.02x
+# of cuBLAS; slower only in single calls where K = 14336 was split before (0.97x and
+# 0.98x; 1.08x in graph replays). Not below M = 193, where the swaps ran faster on
+# 7168- to 11008-row weights (5120 rows left for later), nor where the model swaps;
+# 2x1 clusters only (1x2 ran 0.73-0.98x as fast).
+TWO_ROWS_FILLING_MIN_M = 193
+TWO_ROWS_FILLING_GAIN = 1.3
 PLAIN_TILE_N = (256, 224, 192, 160, 128, 96, 64)
 # Past the swaps' M, 128-row tiles may also take the odd multiples of 16 between those
 # widths, where they fit the waves better (1536x2560x8192: 11 columns of 240 fill 132
@@ -403,21 +410,24 @@ def ranked_sm90_configs(m: int, n: int, k: int, batches: int, sm_count: int, can
     to ``SWAP_TWO_TILES_MAX_M``, where two N tiles hold them with less padding than
     128-row M tiles, and up to ``SWAP_FOUR_TILES_MAX_M``, where four N tiles and the
     weight's 128-row tiles make one wave (up to ``SWAP_TALL_TILES_MAX_M`` also one N
-    tile beside the weight's 192- or 256-row tiles, or two paired beside 192-row ones,
-    in one wave). Where the swap is declined,
+    tile beside the weight's 192- or 256-row tiles, and up to ``SWAP_TALL_PAIRS_MAX_M``
+    two paired beside 192-row ones, in one wave). Where the swap is declined,
     tall tiles may still displace the plain plan: two rows of plain 192-row tiles
     (``PLAIN_TALL_TILE_M``) or three token tiles beside 256-row weight tiles
-    (``SWAP_THREE_TILES_MIN_M``).
+    (``SWAP_THREE_TILES_MIN_M``), and so may two rows of 128-row tiles whose width
+    fills one wave (``TWO_ROWS_FILLING_MIN_M``).
     """
     ranked = _plain_candidates(m, n, k, batches, sm_count, model)
     if can_swap and batches == 1 and m <= SWAP_MAX_M:
         swapped = _swapped_candidates(m, n, k, sm_count, model)
         if swapped and _swap_pays(swapped, ranked):
             return _break_ties(ranked + swapped)
-    # After the swap is decided: tall tiles, plain or beside three token tiles, were
-    # measured faster than the plain plans they displace and slower than the swaps
-    # (PLAIN_TALL_TILE_M, SWAP_THREE_TILES_MIN_M).
-    ranked = _break_ties(ranked + _two_rows_of_tall_tiles(m, n, k, batches, sm_count, model))
+    # After the swap is decided: tall tiles, plain or beside three token tiles, and two
+    # rows of 128-row tiles filling one wave were measured faster than the plain plans
+    # they displace and slower than the swaps (PLAIN_TALL_TILE_M, SWAP_THREE_TILES_MIN_M,
+    # TWO_ROWS_FILLING_MIN_M).
+    ranked = _break_ties(ranked + _two_rows_of_tall_tiles(m, n, k, batches, sm_count, model)
+                         + _two_rows_filling_one_wave(m, n, k, batches, sm_count, model))
     if can_swap and batches == 1:
         three = _three_token_tiles_on_tall_weight_tiles(m, n, k, sm_count, model)
         if three and _swap_pays(three, ranked):
@@ -451,7 +461,8 @@ def candidates_to_time(m: int, n: int, k: int, batches: int, sm_count: int, can_
     plan is among those timed.
     """
     plain = _break_ties(_plain_candidates(m, n, k, batches, sm_count, model)
-                        + _two_rows_of_tall_tiles(m, n, k, batches, sm_count, model))
+                        + _two_rows_of_tall_tiles(m, n, k, batches, sm_count, model)
+                        + _two_rows_filling_one_wave(m, n, k, batches, sm_count, model))
     swaps = can_swap and batches == 1 and m <= SWAP_MAX_M
     tokens = max(m, min(tokens_up_to or m, SWAP_AB_MAX_M)) if m <= SWAP_AB_MAX_M else m
     swapped = _swapped_candidates(tokens, n, k, sm_count, model) if swaps else []
@@ -592,6 +603,22 @@ def _two_rows_of_tall_tiles(m, n, k, batches, sm_count, model):
     return [(seconds, c) for seconds, c in _candidates(m, n, k, 1, sm_count, (PLAIN_TALL_TILE_M,), widths, False,
                                                        measured)
             if c.split_k == 1 and c.cluster_n == 1 and _in_one_wave(m, n, c, sm_count)]
+
+
+def _two_rows_filling_one_wave(m, n, k, batches, sm_count, model):
+    """Plain candidates of two rows of 128-row tiles (``TWO_ROWS_FILLING_MIN_M`` to 256
+    tokens) in 2x1 clusters, in the width (a multiple of 16) whose columns fill one wave
+    of the pairs, unsplit, for k-loops of at least ``ONE_WAVE_MIN_K_BLOCKS``; their
+    rates taken ``TWO_ROWS_FILLING_GAIN`` times ``model``'s. Unbatched only (as
+    measured)."""
+    if not TWO_ROWS_FILLING_MIN_M <= m <= 2 * 128 or batches != 1 or ceil_div(k, TILE_K) < ONE_WAVE_MIN_K_BLOCKS:
+        return []
+    width = ceil_div(ceil_div(n, resident_clusters(sm_count, 2)), SM90_TILE_N_STEP) * SM90_TILE_N_STEP
+    if not min(PLAIN_TILE_N) < width <= max(PLAIN_TILE_N):
+        return []
+    measured = _rates_scaled(model, TWO_ROWS_FILLING_GAIN, "mma_flops_per_sm", "sm_l2_bytes_per_s", "l2_bytes_per_s")
+    return [(seconds, c) for seconds, c in _candidates(m, n, k, 1, sm_count, (128,), (width,), False, measured)
+            if c.split_k == 1 and (c.cluster_m, c.cluster_n) == (2, 1) and _in_one_wave(m, n, c, sm_count)]
 
 
 def _swapped_candidates(m, n, k, sm_count, model):
