@@ -583,8 +583,7 @@ def _widths_filling_waves(n, batches, sm_count):
     """The narrowest tile widths (multiples of 16, at least ``ONE_ROW_FITTED_MIN_N``)
     whose columns of one tile row, over ``batches``, make at most one or two waves;
     those ``PLAIN_TILE_N`` already holds left out."""
-    widths = {ceil_div(ceil_div(n * batches, waves * sm_count), SM90_TILE_N_STEP) * SM90_TILE_N_STEP
-              for waves in (1, 2)}
+    widths = {_narrowest_width(n * batches, waves * sm_count) for waves in (1, 2)}
     return tuple(sorted(width for width in widths
                         if ONE_ROW_FITTED_MIN_N <= width <= max(SM90_TILE_N) and width not in PLAIN_TILE_N))
 
@@ -613,7 +612,7 @@ def _two_rows_filling_one_wave(m, n, k, batches, sm_count, model):
     measured)."""
     if not TWO_ROWS_FILLING_MIN_M <= m <= 2 * 128 or batches != 1 or ceil_div(k, TILE_K) < ONE_WAVE_MIN_K_BLOCKS:
         return []
-    width = ceil_div(ceil_div(n, resident_clusters(sm_count, 2)), SM90_TILE_N_STEP) * SM90_TILE_N_STEP
+    width = _narrowest_width(n, resident_clusters(sm_count, 2))
     if not min(PLAIN_TILE_N) < width <= max(PLAIN_TILE_N):
         return []
     measured = _rates_scaled(model, TWO_ROWS_FILLING_GAIN, "mma_flops_per_sm", "sm_l2_bytes_per_s", "l2_bytes_per_s")
@@ -737,7 +736,13 @@ def _unsplit_swaps(m, n, k, sm_count, weight_tiles, token_tile, model):
 
 def fitted_token_tile(m: int, tiles: int) -> int:
     """The narrowest swapped N tile of which ``tiles`` hold ``m`` tokens."""
-    return ceil_div(ceil_div(m, tiles), SM90_TILE_N_STEP) * SM90_TILE_N_STEP
+    return _narrowest_width(m, tiles)
+
+
+def _narrowest_width(extent: int, tiles: int) -> int:
+    """The narrowest N tile (a multiple of ``SM90_TILE_N_STEP``, the epilogue's step) of
+    which ``tiles`` cover ``extent`` columns."""
+    return ceil_div(ceil_div(extent, tiles), SM90_TILE_N_STEP) * SM90_TILE_N_STEP
 
 
 def _break_ties(ranked):
