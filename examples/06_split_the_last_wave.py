@@ -9,16 +9,19 @@ problem into whole waves. The schedules printed are the ones the kernel runs:
 ``TileGrid.cta_work`` and ``TileGrid.cta_pieces`` walk the same ``split_k`` /
 ``stream_k`` arithmetic the producer and consumer warps execute on the GPU; the
 times are the throughput model of wsgemm/heuristics.py, and the measured numbers
-come from benchmarks/NOTES.md sections 10, 16 and 17.
+come from benchmarks/NOTES.md sections 10, 16, 17 and 50.
 
 Needs: any machine (pure Python, no GPU).
 Run:   python examples/06_split_the_last_wave.py
 """
 
+import gzip
+import json
 from collections import Counter
+from pathlib import Path
 
 from wsgemm import GemmConfig
-from wsgemm.heuristics import estimate_seconds
+from wsgemm.heuristics import choose_config, estimate_seconds
 from wsgemm.kernels.common.scheduler import TileGrid, ceil_div
 
 SMS = 132  # an H100/H200: one 1x1 cluster per SM
@@ -96,3 +99,22 @@ for tile_n in (256, 224, 192, 160, 128):
 print("10240 = 64 x 160: 160-wide tiles make 1.94 waves with no split and no fix-up. Measured")
 print("on an H200 (NOTES section 17): 0.98x of cuBLAS against 0.67x for 128x256 unsplit and")
 print("0.86x for the split-4 kernel the table used before; it is this shape's default now.")
+
+# One wave or less: a down projection at 160 tokens (Qwen2.5-14B's 5120 x 13824 weight).
+# Swapped, the weight's 40 tiles of 128 rows sit beside one 160-wide token tile: 40 CTAs.
+m, n, k = 160, 5120, 13824
+plan = choose_config("sm90", m, n, k, 1, SMS, can_swap=True)
+print(f"\n{m}x{n}x{k}: the default path plans swap={plan.swap_ab} {plan.tile_m}x{plan.tile_n} "
+      f"split_k={plan.split_k}: {ceil_div(n, plan.tile_m)} weight tiles x {plan.split_k} = "
+      f"{ceil_div(n, plan.tile_m) * plan.split_k} CTAs, each streaming its third of a weight tile from HBM")
+for overlap in (False, True):
+    model_us = estimate_seconds(n, m, k, 1, SMS, plan.tile_m, plan.tile_n, plan.split_k,
+                                split_paths_overlap=overlap) * 1e6
+    print(f"  model, the weight's HBM stream and the tokens' L2 loads {'side by side' if overlap else 'added up'}: "
+          f"{model_us:.0f} us")
+ab = json.loads(gzip.decompress((Path(__file__).resolve().parents[1] / "benchmarks" / "results"
+                                 / "small_prefill_long_k.json.gz").read_bytes()))["ab_split_one_tile"]
+us = next(s["us"] for s in ab["shapes"] if s["shape"] == [m, n, k])
+print(f"Measured on an H200 (NOTES section 50, single calls): {us['default'][0]:.1f} us, against "
+      f"{us['base default'][0]:.1f} for the plan before (128x160 tiles split 2, their second tile row")
+print(f"mostly padding) and {us['torch.matmul'][0]:.1f} for cuBLAS, whose nvjet kernel runs 128x160 tiles split along K too.")

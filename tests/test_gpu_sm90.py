@@ -415,13 +415,27 @@ def test_the_default_path_runs_two_token_tiles_beside_192_row_weight_tiles(m, n,
     check(run(a, w.t()), a, w.t())
 
 
-def test_the_default_path_runs_two_rows_of_128_row_tiles_filling_one_wave():
+@pytest.mark.parametrize("m, n, k, width", [(230, 9000, 4104, 144), (150, 5000, 8200, 80)])
+def test_the_default_path_runs_two_rows_of_128_row_tiles_filling_one_wave(m, n, k, width):
     # M = 230: two rows of 128-row tiles (the second 102 rows) in 2x1 clusters; 63
     # columns of 144 (the last 72 wide) on a 9000-row weight, 126 CTAs; K ragged.
-    a, w = rand(230, 4104), rand(9000, 4104)
+    # M = 150: the second row 22 rows; 63 columns of 80 (the last 40) on 5000 rows.
+    a, w = rand(m, k), rand(n, k)
     plan = wsgemm.api.make_plan(a, w.t(), None, None, None)
     config = plan.spec.config
-    assert plan.mode != "swap" and (config.tile_m, config.tile_n, config.cluster_m) == (128, 144, 2), plan
+    assert plan.mode != "swap" and (config.tile_m, config.tile_n, config.cluster_m, config.split_k) == (
+        128, width, 2, 1), plan
+    check(run(a, w.t()), a, w.t())
+
+
+def test_the_default_path_runs_one_token_tile_split_to_fill_one_wave():
+    # 170 tokens in one token tile of 176; 40 weight tiles of 128 rows (the last 8),
+    # each k-loop of 219 k-blocks (the last 48 columns deep) split three ways: 120 CTAs.
+    a, w = rand(170, 14000), rand(5000, 14000)
+    plan = wsgemm.api.make_plan(a, w.t(), None, None, None)
+    config = plan.spec.config
+    assert plan.mode == "swap" and (config.tile_m, config.tile_n, config.cluster_size, config.split_k) == (
+        128, 176, 1, 3), plan
     check(run(a, w.t()), a, w.t())
 
 

@@ -14,6 +14,8 @@ from wsgemm.heuristics import (
     SWAP_TALL_TILES_MAX_M,
     SWAP_THREE_TILES_MAX_M,
     SWAP_FOUR_TILES_MAX_M,
+    SWAP_SPLIT_ONE_TILE_MAX_M,
+    SWAP_SPLIT_ONE_TILE_MIN_K_BLOCKS,
     SWAP_TWO_TILES_MAX_M,
     SWAP_TWO_TILES_MIN_K_BLOCKS,
     TWO_ROWS_FILLING_MIN_M,
@@ -519,10 +521,11 @@ def test_two_token_tiles_beside_192_row_weight_tiles_in_pairs(m, n, k, width):
 
 
 @pytest.mark.parametrize("m, n, k, width", [(256, 9216, 4096, 144), (240, 11008, 8192, 176), (232, 7168, 8192, 112),
-                                            (256, 5120, 8192, 80), (248, 9216, 14336, 144)])
+                                            (256, 5120, 8192, 80), (248, 9216, 14336, 144), (150, 5120, 8192, 80),
+                                            (176, 6144, 10240, 96)])
 def test_two_rows_of_128_row_tiles_take_the_width_that_fills_one_wave(m, n, k, width):
-    """At M = 193-256 two rows of 128-row tiles in 2x1 clusters, in the width whose
-    columns make one wave of the pairs (126-128 CTAs; NOTES section 49), unsplit. Not
+    """At M = 129-256 two rows of 128-row tiles in 2x1 clusters, in the width whose
+    columns make one wave of the pairs (126-128 CTAs; NOTES sections 49-50), unsplit. Not
     below TWO_ROWS_FILLING_MIN_M, for k-loops under ONE_WAVE_MIN_K_BLOCKS, for batched
     problems, or where the model swaps A and B (two token tiles beside 192-row weight
     tiles at M <= 224 on an 11008-row weight)."""
@@ -538,6 +541,34 @@ def test_two_rows_of_128_row_tiles_take_the_width_that_fills_one_wave(m, n, k, w
     assert not fills(m, n, (ONE_WAVE_MIN_K_BLOCKS - 1) * 64)
     assert not fills(TWO_ROWS_FILLING_MIN_M - 17, n, k) and not fills(m, n, k, batches=2)
     assert choose_config("sm90", 208, 11008, 4096, 1, H200_SMS, can_swap=True).swap_ab
+
+
+@pytest.mark.parametrize("m, n, k, width, split", [(176, 5120, 14336, 176, 3), (192, 3584, 27648, 192, 4),
+                                                   (136, 6144, 18944, 144, 2), (184, 7168, 20480, 192, 2),
+                                                   (129, 6144, 12288, 144, 2)])
+def test_one_token_tile_splits_to_fill_one_wave_on_long_k_loops(m, n, k, width, split):
+    """At M = 129-192 with k-loops of 192 k-blocks or more, where the model declines the
+    swap, one token tile fitted to M beside 128-row weight tiles, unclustered, split as
+    many ways as one wave holds (NOTES section 50). Not for shorter k-loops, outside
+    M = 129-192, for batched problems or views that cannot swap, where fewer than 70 %
+    of the SMs would work (2048 rows) or not even two splits fit (9216 rows), nor in
+    place of the swaps the model picks first (two token tiles in pairs on 3584 rows)."""
+    chosen = choose_config("sm90", m, n, k, 1, H200_SMS, can_swap=True)
+    assert chosen.swap_ab and (chosen.tile_m, chosen.tile_n, chosen.cluster_size, chosen.split_k) == (
+        128, width, 1, split), chosen
+    assert ceil_div(n, 128) * split <= H200_SMS < ceil_div(n, 128) * (split + 1) or split == 4
+    assert chosen in candidates_to_time(m, n, k, 1, H200_SMS, True, 8)
+
+    def splits_one_tile(m, n, k, batches=1, can_swap=True):
+        c = choose_config("sm90", m, n, k, batches, H200_SMS, can_swap=can_swap)
+        return c.swap_ab and c.tile_m == 128 and c.cluster_size == 1 and c.split_k > 1 and c.tile_n >= m
+
+    assert not splits_one_tile(m, n, (SWAP_SPLIT_ONE_TILE_MIN_K_BLOCKS - 1) * 64)
+    assert not splits_one_tile(SWAP_SPLIT_ONE_TILE_MAX_M + 1, n, k) and not splits_one_tile(m, n, k, batches=2)
+    assert not splits_one_tile(m, n, k, can_swap=False)
+    assert not splits_one_tile(m, 2048, k) and not splits_one_tile(m, 9216, k)
+    pairs = choose_config("sm90", 144, 3584, 27648, 1, H200_SMS, can_swap=True)
+    assert pairs.swap_ab and (pairs.tile_n, pairs.cluster_n) == (80, 2), pairs
 
 
 @pytest.mark.parametrize("m, n, k, width", [(384, 6144, 4096, 96), (320, 6144, 4096, 96), (352, 7168, 8192, 112),

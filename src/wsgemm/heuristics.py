@@ -222,6 +222,31 @@ SWAP_THREE_TILES_MIN_M = 257
 SWAP_THREE_TILES_MAX_M = 336
 SWAP_THREE_TILES_WEIGHT_TILE_M = 256
 SWAP_MAX_M = max(SWAP_TWO_TILES_MAX_M, SWAP_FOUR_TILES_MAX_M)
+# One token tile fitted to the tokens beside 128-row weight tiles, unclustered, each
+# k-loop split as many ways as one wave holds (4 on 3072- to 4096-row weights, 3 on
+# 5120, 2 on 6144- to 8192-row), where the k-loops are long (K >= 12288) and the model declines
+# the swap (after the swap decision, as the tall families). A down projection of a
+# mid-size model in small prefill: the weight streams from HBM, and one wave of split
+# k-loops keeps 96-128 SMs pulling it; cuBLAS runs these tiles (nvjet 128x144 and
+# 128x176 split-K at 144 and 176 x 5120 x 14336). The model's plans there were 128-row
+# plain tiles 160 to 224 wide split 2-4, whose second tile row is mostly padding, or
+# two rows of narrow tiles (TWO_ROWS_FILLING_MIN_M). The model rated the split swaps
+# 1.5-1.6x too slow (it adds up the weight's HBM stream and the tokens' L2 loads for
+# split k-loops, see ``_tile_seconds``; ``split_paths_overlap`` rates them side by
+# side, 46 us at 176x5120x14336, which ran 48.6); the family is taken whenever it
+# applies: measured (benchmarks/NOTES.md section 50,
+# ``results/small_prefill_long_k.json.gz``) faster than the plans before on every one
+# of 21 held-out shapes of M = 129-192, 3072- to 7168-row weights and K = 12288-28672,
+# 1.180x in single calls (1.035-1.314) and 1.181x in graph replays (1.042-1.262),
+# 0.84x -> 0.99x of cuBLAS in single calls and 0.85x -> 1.01x in graph replays. Not
+# in place of the swaps the model picks before it (two token tiles in 1x2 clusters ran
+# 1.06x as fast at 144 x 3584 x 14336 and 27648), nor below 70 % of the SMs (2048-row
+# weights, unmeasured).
+SWAP_SPLIT_ONE_TILE_MAX_M = 192
+SWAP_SPLIT_ONE_TILE_WEIGHT_M = 128
+SWAP_SPLIT_ONE_TILE_MAX_SPLIT = 4
+SWAP_SPLIT_ONE_TILE_MIN_K_BLOCKS = 192
+SWAP_SPLIT_ONE_TILE_MIN_FILL = 0.7
 # Two token tiles fitted to the tokens beside 192-row weight tiles, the pair in a 1x2
 # cluster that multicasts each weight tile to both, in one wave of unsplit k-loops of
 # ONE_WAVE_MIN_K_BLOCKS to SWAP_TALL_PAIRS_MAX_K_BLOCKS whose CTAs fill at least
@@ -244,7 +269,7 @@ SWAP_TALL_PAIRS_TILE_M = 192
 SWAP_TALL_PAIRS_MIN_FILL = 0.7
 SWAP_TALL_PAIRS_MAX_K_BLOCKS = 160
 SWAP_TALL_PAIRS_MAX_M = 224
-# Two rows of 128-row tiles (M = 193-256) in 2x1 clusters, each pair reading its weight
+# Two rows of 128-row tiles (M = 129-256) in 2x1 clusters, each pair reading its weight
 # tile once, in the width (a multiple of 16) whose columns make one wave of the pairs:
 # 64 columns of 144 on a 9216-row weight, 63 of 176 on 11008, 64 of 112 on 7168, 64 of
 # 80 on 5120 (126-128 CTAs), where the model's plans used 116 (2x2 clusters), 64-row
@@ -254,10 +279,16 @@ SWAP_TALL_PAIRS_MAX_M = 224
 # section 49, ``results/two_rows_filling.json.gz``): on 12 held-out shapes 1.050x
 # faster in single calls, 1.068x in graph replays, 0.96x -> 1.01x and 0.96x -> 1.02x
 # of cuBLAS; slower only in single calls where K = 14336 was split before (0.97x and
-# 0.98x; 1.08x in graph replays). Not below M = 193, where the swaps ran faster on
-# 7168- to 11008-row weights (5120 rows left for later), nor where the model swaps;
+# 0.98x; 1.08x in graph replays). From M = 129 too (section 50), where the model
+# declines the swap, in place of 128-row tiles 160 or 192 wide split two ways (the
+# same two tile rows) or 64x160 and 64x192 tiles: on 10 held-out shapes of M = 129-192, 5120-
+# and 6144-row weights, K = 4096-10240, 1.059x faster in single calls (0.974-1.124)
+# and 1.060x in graph replays (1.028-1.108); slower in single calls at 129 and
+# 169 x 5120 x 4096 (0.976x, 0.974x). Where the model swaps (7168- to 11008-row
+# weights below M = 193, mostly) the swaps ran faster; at 192 k-blocks and more one
+# token tile split to fill the wave takes over (SWAP_SPLIT_ONE_TILE_MIN_K_BLOCKS).
 # 2x1 clusters only (1x2 ran 0.73-0.98x as fast).
-TWO_ROWS_FILLING_MIN_M = 193
+TWO_ROWS_FILLING_MIN_M = 129
 TWO_ROWS_FILLING_GAIN = 1.3
 PLAIN_TILE_N = (256, 224, 192, 160, 128, 96, 64)
 # Past the swaps' M, 128-row tiles may also take the odd multiples of 16 between those
@@ -317,7 +348,7 @@ def resident_clusters(sm_count: int, cluster_size: int) -> int:
 
 def estimate_seconds(m: int, n: int, k: int, batches: int, sm_count: int, tile_m: int, tile_n: int,
                      split_k: int = 1, model: ThroughputModel = H200, cluster_m: int = 1,
-                     cluster_n: int = 1) -> float:
+                     cluster_n: int = 1, split_paths_overlap: bool = False) -> float:
     """Modelled run time of one SM90 configuration on an ``sm_count``-SM GPU.
 
     With ``split_k > 1`` only the tiles of the last partial wave are split
@@ -325,6 +356,9 @@ def estimate_seconds(m: int, n: int, k: int, batches: int, sm_count: int, tile_m
     A cluster pads the tile grid to whole clusters, and its CTAs share the operand
     tiles they have in common through multicast (one L2 read for the cluster). The
     CTAs resident at once share L2's bandwidth (``ThroughputModel.l2_bytes_per_s``).
+    ``split_paths_overlap``: split work items, too, load an operand from HBM and one
+    from L2 side by side (``_tile_seconds``), as one token tile's do in one wave of
+    splits (``SWAP_SPLIT_ONE_TILE_MIN_K_BLOCKS``).
     """
     cluster = cluster_m * cluster_n
     units = ceil_div(ceil_div(m, tile_m), cluster_m) * ceil_div(ceil_div(n, tile_n), cluster_n) * batches
@@ -340,7 +374,8 @@ def estimate_seconds(m: int, n: int, k: int, batches: int, sm_count: int, tile_m
     tile_seconds = functools.partial(_tile_seconds, m, n, tile_m=tile_m, tile_n=tile_n, model=model,
                                      cluster_m=cluster_m, cluster_n=cluster_n,
                                      resident_ctas=min(work_items, slots) * cluster if shares_l2 else None,
-                                     paths_overlap=split_k == 1 and units <= slots)
+                                     paths_overlap=units <= slots if split_k == 1
+                                     else split_paths_overlap and work_items <= slots)
     busiest_sm = (units - tail) // slots * tile_seconds(k_blocks)
     if tail:
         split_blocks = ceil_div(k_blocks, split_k)
@@ -415,20 +450,26 @@ def ranked_sm90_configs(m: int, n: int, k: int, batches: int, sm_count: int, can
     tall tiles may still displace the plain plan: two rows of plain 192-row tiles
     (``PLAIN_TALL_TILE_M``) or three token tiles beside 256-row weight tiles
     (``SWAP_THREE_TILES_MIN_M``), and so may two rows of 128-row tiles whose width
-    fills one wave (``TWO_ROWS_FILLING_MIN_M``).
+    fills one wave (``TWO_ROWS_FILLING_MIN_M``); on long k-loops one token tile split
+    to fill one wave displaces them all (``SWAP_SPLIT_ONE_TILE_MIN_K_BLOCKS``).
     """
     ranked = _plain_candidates(m, n, k, batches, sm_count, model)
     if can_swap and batches == 1 and m <= SWAP_MAX_M:
         swapped = _swapped_candidates(m, n, k, sm_count, model)
         if swapped and _swap_pays(swapped, ranked):
             return _break_ties(ranked + swapped)
-    # After the swap is decided: tall tiles, plain or beside three token tiles, and two
-    # rows of 128-row tiles filling one wave were measured faster than the plain plans
-    # they displace and slower than the swaps (PLAIN_TALL_TILE_M, SWAP_THREE_TILES_MIN_M,
-    # TWO_ROWS_FILLING_MIN_M).
+    # After the swap is decided: tall tiles, plain or beside three token tiles, two rows
+    # of 128-row tiles filling one wave and one token tile split to fill one wave were
+    # measured faster than the plain plans they displace and slower than the swaps
+    # (PLAIN_TALL_TILE_M, SWAP_THREE_TILES_MIN_M, TWO_ROWS_FILLING_MIN_M,
+    # SWAP_SPLIT_ONE_TILE_MIN_K_BLOCKS).
     ranked = _break_ties(ranked + _two_rows_of_tall_tiles(m, n, k, batches, sm_count, model)
                          + _two_rows_filling_one_wave(m, n, k, batches, sm_count, model))
     if can_swap and batches == 1:
+        # Measured faster than every plan it displaced, whatever the model's rates.
+        split_one = _one_token_tile_split_to_fill_one_wave(m, n, k, sm_count, model)
+        if split_one:
+            return split_one + ranked
         three = _three_token_tiles_on_tall_weight_tiles(m, n, k, sm_count, model)
         if three and _swap_pays(three, ranked):
             return _break_ties(ranked + three)
@@ -466,8 +507,9 @@ def candidates_to_time(m: int, n: int, k: int, batches: int, sm_count: int, can_
     swaps = can_swap and batches == 1 and m <= SWAP_MAX_M
     tokens = max(m, min(tokens_up_to or m, SWAP_AB_MAX_M)) if m <= SWAP_AB_MAX_M else m
     swapped = _swapped_candidates(tokens, n, k, sm_count, model) if swaps else []
-    three = _three_token_tiles_on_tall_weight_tiles(m, n, k, sm_count, model) if swaps else []
-    swapped = _break_ties(swapped + three) if three else swapped
+    late = (_three_token_tiles_on_tall_weight_tiles(m, n, k, sm_count, model)
+            + _one_token_tile_split_to_fill_one_wave(m, n, k, sm_count, model)) if swaps else []
+    swapped = _break_ties(swapped + late) if late else swapped
     if not swapped:
         banded = _banded_variant(plain[0][1], m, n, batches, sm_count)
         return _diverse(plain, count - 1) + [banded] if banded else _diverse(plain, count)
@@ -641,6 +683,26 @@ def _swapped_candidates(m, n, k, sm_count, model):
     candidates += _one_token_tile_on_tall_weight_tiles(m, n, k, sm_count, model)
     candidates += _two_token_tiles_on_tall_weight_tiles(m, n, k, sm_count, model)
     return _break_ties(candidates) if candidates else []
+
+
+def _one_token_tile_split_to_fill_one_wave(m, n, k, sm_count, model):
+    """The swapped candidate whose one token tile (fitted to ``m``, past ``SWAP_AB_MAX_M``
+    up to ``SWAP_SPLIT_ONE_TILE_MAX_M``) sits beside 128-row weight tiles, unclustered,
+    split as many ways (up to ``SWAP_SPLIT_ONE_TILE_MAX_SPLIT``) as one wave holds, for
+    k-loops of at least ``SWAP_SPLIT_ONE_TILE_MIN_K_BLOCKS``; rated with the weight's
+    and the tokens' loads side by side."""
+    k_blocks = ceil_div(k, TILE_K)
+    if not SWAP_AB_MAX_M < m <= SWAP_SPLIT_ONE_TILE_MAX_M or k_blocks < SWAP_SPLIT_ONE_TILE_MIN_K_BLOCKS:
+        return []
+    weight_tiles = ceil_div(n, SWAP_SPLIT_ONE_TILE_WEIGHT_M)
+    split = min(SWAP_SPLIT_ONE_TILE_MAX_SPLIT, sm_count // weight_tiles)
+    if split < 2 or weight_tiles * split < SWAP_SPLIT_ONE_TILE_MIN_FILL * sm_count:
+        return []
+    token_tile = fitted_token_tile(m, 1)
+    seconds = estimate_seconds(n, m, k, 1, sm_count, SWAP_SPLIT_ONE_TILE_WEIGHT_M, token_tile, split, model,
+                               split_paths_overlap=True)
+    return [(seconds, GemmConfig(tile_m=SWAP_SPLIT_ONE_TILE_WEIGHT_M, tile_n=token_tile, tile_k=TILE_K,
+                                 raster=Raster.ALONG_M, swizzle=1, split_k=split, swap_ab=True))]
 
 
 def _four_token_tiles(m, n, k, sm_count, model):
