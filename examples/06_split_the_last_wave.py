@@ -106,7 +106,7 @@ m, n, k = 160, 5120, 13824
 plan = choose_config("sm90", m, n, k, 1, SMS, can_swap=True)
 print(f"\n{m}x{n}x{k}: the default path plans swap={plan.swap_ab} {plan.tile_m}x{plan.tile_n} "
       f"split_k={plan.split_k}: {ceil_div(n, plan.tile_m)} weight tiles x {plan.split_k} = "
-      f"{ceil_div(n, plan.tile_m) * plan.split_k} CTAs, each streaming its third of a weight tile from HBM")
+      f"{ceil_div(n, plan.tile_m) * plan.split_k} CTAs, each streaming 1/{plan.split_k} of a weight tile from HBM")
 for overlap in (False, True):
     model_us = estimate_seconds(n, m, k, 1, SMS, plan.tile_m, plan.tile_n, plan.split_k,
                                 split_paths_overlap=overlap) * 1e6
