@@ -109,7 +109,7 @@ print(f"\n{m}x{n}x{k}: the default path plans swap={plan.swap_ab} {plan.tile_m}x
       f"{ceil_div(n, plan.tile_m) * plan.split_k} CTAs, each streaming 1/{plan.split_k} of a weight tile from HBM")
 for overlap in (False, True):
     model_us = estimate_seconds(n, m, k, 1, SMS, plan.tile_m, plan.tile_n, plan.split_k,
-                                split_paths_overlap=overlap) * 1e6
+                                cluster_n=plan.cluster_n, split_paths_overlap=overlap) * 1e6
     print(f"  model, the weight's HBM stream and the tokens' L2 loads {'side by side' if overlap else 'added up'}: "
           f"{model_us:.0f} us")
 ab = json.loads(gzip.decompress((Path(__file__).resolve().parents[1] / "benchmarks" / "results"

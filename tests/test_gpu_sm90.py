@@ -428,14 +428,17 @@ def test_the_default_path_runs_two_rows_of_128_row_tiles_filling_one_wave(m, n, 
     check(run(a, w.t()), a, w.t())
 
 
-def test_the_default_path_runs_one_token_tile_split_to_fill_one_wave():
+@pytest.mark.parametrize("m, n, tile, split", [(170, 5000, (128, 176, 1), 3), (150, 6000, (192, 80, 2), 2)])
+def test_the_default_path_runs_token_tiles_split_to_fill_one_wave(m, n, tile, split):
     # 170 tokens in one token tile of 176; 40 weight tiles of 128 rows (the last 8),
     # each k-loop of 219 k-blocks (the last 48 columns deep) split three ways: 120 CTAs.
-    a, w = rand(170, 14000), rand(5000, 14000)
+    # 150 tokens in two of 80 (the second 70) beside 32 weight tiles of 192 rows (the
+    # last 48), each pair in a 1x2 cluster, split two ways: 128 CTAs.
+    a, w = rand(m, 14000), rand(n, 14000)
     plan = wsgemm.api.make_plan(a, w.t(), None, None, None)
     config = plan.spec.config
-    assert plan.mode == "swap" and (config.tile_m, config.tile_n, config.cluster_size, config.split_k) == (
-        128, 176, 1, 3), plan
+    assert plan.mode == "swap" and (config.tile_m, config.tile_n, config.cluster_n, config.split_k) == (
+        *tile, split), plan
     check(run(a, w.t()), a, w.t())
 
 

@@ -14,12 +14,13 @@ from wsgemm.heuristics import (
     SWAP_TALL_TILES_MAX_M,
     SWAP_THREE_TILES_MAX_M,
     SWAP_FOUR_TILES_MAX_M,
-    SWAP_SPLIT_ONE_TILE_MAX_M,
-    SWAP_SPLIT_ONE_TILE_MIN_K_BLOCKS,
+    SWAP_SPLIT_FILL_MAX_M,
+    SWAP_SPLIT_FILL_MIN_K_BLOCKS,
     SWAP_TWO_TILES_MAX_M,
     SWAP_TWO_TILES_MIN_K_BLOCKS,
     TWO_ROWS_FILLING_MIN_M,
     _swapped_candidates,
+    _token_tiles_split_to_fill_one_wave,
     _tile_seconds,
     _widths_filling_waves,
     candidates_to_time,
@@ -543,32 +544,35 @@ def test_two_rows_of_128_row_tiles_take_the_width_that_fills_one_wave(m, n, k, w
     assert choose_config("sm90", 208, 11008, 4096, 1, H200_SMS, can_swap=True).swap_ab
 
 
-@pytest.mark.parametrize("m, n, k, width, split", [(176, 5120, 14336, 176, 3), (192, 3584, 27648, 192, 4),
-                                                   (136, 6144, 18944, 144, 2), (184, 7168, 20480, 192, 2),
-                                                   (129, 6144, 12288, 144, 2)])
-def test_one_token_tile_splits_to_fill_one_wave_on_long_k_loops(m, n, k, width, split):
+@pytest.mark.parametrize("m, n, k, tile, split", [
+    (176, 5120, 14336, (128, 176, 1), 3), (184, 7168, 20480, (128, 192, 1), 2), (160, 5120, 13824, (128, 160, 1), 3),
+    (136, 6144, 18944, (192, 80, 2), 2), (129, 6144, 12288, (192, 80, 2), 2), (192, 3072, 20480, (192, 96, 2), 4),
+    (188, 3584, 28672, (192, 96, 2), 3)])
+def test_token_tiles_split_to_fill_one_wave_on_long_k_loops(m, n, k, tile, split):
     """At M = 129-192 with k-loops of 192 k-blocks or more, where the model declines the
-    swap, one token tile fitted to M beside 128-row weight tiles, unclustered, split as
-    many ways as one wave holds (NOTES section 50). Not for shorter k-loops, outside
-    M = 129-192, for batched problems or views that cannot swap, where fewer than 70 %
-    of the SMs would work (2048 rows) or not even two splits fit (9216 rows), nor in
-    place of the swaps the model picks first (two token tiles in pairs on 3584 rows)."""
+    swap: one token tile fitted to M beside 128-row weight tiles, unclustered, or two
+    beside 192-row weight tiles in 1x2 clusters, whichever keeps more SMs working when
+    split as many ways as one wave holds (NOTES section 50). Not for shorter k-loops,
+    outside M = 129-192, for batched problems or views that cannot swap, where fewer
+    than 70 % of the SMs would work (2048 rows) or not even two splits fit (9216 rows),
+    nor in place of the swaps the model picks first (two token tiles beside 128-row
+    weight tiles on 3584 rows)."""
     chosen = choose_config("sm90", m, n, k, 1, H200_SMS, can_swap=True)
-    assert chosen.swap_ab and (chosen.tile_m, chosen.tile_n, chosen.cluster_size, chosen.split_k) == (
-        128, width, 1, split), chosen
-    assert ceil_div(n, 128) * split <= H200_SMS < ceil_div(n, 128) * (split + 1) or split == 4
-    assert chosen in candidates_to_time(m, n, k, 1, H200_SMS, True, 8)
+    assert chosen.swap_ab and (chosen.tile_m, chosen.tile_n, chosen.cluster_n, chosen.split_k) == (
+        *tile, split), chosen
+    assert chosen.cluster_m == 1 and chosen in candidates_to_time(m, n, k, 1, H200_SMS, True, 8)
+    ctas = {tile_m: ceil_div(n, tile_m) * pair * min(4, resident_clusters(H200_SMS, pair) // ceil_div(n, tile_m))
+            for tile_m, pair in ((128, 1), (192, 2))}
+    assert ctas[tile[0]] == max(ctas.values()) and ctas[tile[0]] <= H200_SMS
 
-    def splits_one_tile(m, n, k, batches=1, can_swap=True):
-        c = choose_config("sm90", m, n, k, batches, H200_SMS, can_swap=can_swap)
-        return c.swap_ab and c.tile_m == 128 and c.cluster_size == 1 and c.split_k > 1 and c.tile_n >= m
-
-    assert not splits_one_tile(m, n, (SWAP_SPLIT_ONE_TILE_MIN_K_BLOCKS - 1) * 64)
-    assert not splits_one_tile(SWAP_SPLIT_ONE_TILE_MAX_M + 1, n, k) and not splits_one_tile(m, n, k, batches=2)
-    assert not splits_one_tile(m, n, k, can_swap=False)
-    assert not splits_one_tile(m, 2048, k) and not splits_one_tile(m, 9216, k)
+    assert not _token_tiles_split_to_fill_one_wave(m, n, (SWAP_SPLIT_FILL_MIN_K_BLOCKS - 1) * 64, H200_SMS, H200)
+    assert not _token_tiles_split_to_fill_one_wave(SWAP_SPLIT_FILL_MAX_M + 1, n, k, H200_SMS, H200)
+    assert not _token_tiles_split_to_fill_one_wave(m, 2048, k, H200_SMS, H200)  # 64 CTAs at most
+    assert not _token_tiles_split_to_fill_one_wave(m, 9216, k, H200_SMS, H200)  # not two splits
+    assert not choose_config("sm90", m, n, k, 2, H200_SMS, can_swap=True).swap_ab
+    assert not choose_config("sm90", m, n, k, 1, H200_SMS, can_swap=False).swap_ab
     pairs = choose_config("sm90", 144, 3584, 27648, 1, H200_SMS, can_swap=True)
-    assert pairs.swap_ab and (pairs.tile_n, pairs.cluster_n) == (80, 2), pairs
+    assert pairs.swap_ab and (pairs.tile_m, pairs.tile_n, pairs.cluster_n) == (128, 80, 2), pairs
 
 
 @pytest.mark.parametrize("m, n, k, width", [(384, 6144, 4096, 96), (320, 6144, 4096, 96), (352, 7168, 8192, 112),

@@ -222,31 +222,35 @@ SWAP_THREE_TILES_MIN_M = 257
 SWAP_THREE_TILES_MAX_M = 336
 SWAP_THREE_TILES_WEIGHT_TILE_M = 256
 SWAP_MAX_M = max(SWAP_TWO_TILES_MAX_M, SWAP_FOUR_TILES_MAX_M)
-# One token tile fitted to the tokens beside 128-row weight tiles, unclustered, each
-# k-loop split as many ways as one wave holds (4 on 3072- to 4096-row weights, 3 on
-# 5120, 2 on 6144- to 8192-row), where the k-loops are long (K >= 12288) and the model declines
-# the swap (after the swap decision, as the tall families). A down projection of a
+# Token tiles fitted to the tokens beside the weight's tiles, each k-loop split as many
+# ways as one wave holds, where the k-loops are long (K >= 12288) and the model declines
+# the swap (after the swap decision, as the tall families): one token tile beside
+# 128-row weight tiles, unclustered (split 3 on 5120 rows, 2 on 7168), or two beside
+# 192-row weight tiles in 1x2 clusters that multicast each weight tile to both (split 2
+# on 6144 rows, 4 on 3072), whichever keeps more SMs working. A down projection of a
 # mid-size model in small prefill: the weight streams from HBM, and one wave of split
-# k-loops keeps 96-128 SMs pulling it; cuBLAS runs these tiles (nvjet 128x144 and
-# 128x176 split-K at 144 and 176 x 5120 x 14336). The model's plans there were 128-row
-# plain tiles 160 to 224 wide split 2-4, whose second tile row is mostly padding, or
-# two rows of narrow tiles (TWO_ROWS_FILLING_MIN_M). The model rated the split swaps
-# 1.5-1.6x too slow (it adds up the weight's HBM stream and the tokens' L2 loads for
-# split k-loops, see ``_tile_seconds``; ``split_paths_overlap`` rates them side by
-# side, 46 us at 176x5120x14336, which ran 48.6); the family is taken whenever it
-# applies: measured (benchmarks/NOTES.md section 50,
-# ``results/small_prefill_long_k.json.gz``) faster than the plans before on every one
-# of 21 held-out shapes of M = 129-192, 3072- to 7168-row weights and K = 12288-28672,
-# 1.180x in single calls (1.035-1.314) and 1.181x in graph replays (1.042-1.262),
-# 0.84x -> 0.99x of cuBLAS in single calls and 0.85x -> 1.01x in graph replays. Not
-# in place of the swaps the model picks before it (two token tiles in 1x2 clusters ran
-# 1.06x as fast at 144 x 3584 x 14336 and 27648), nor below 70 % of the SMs (2048-row
-# weights, unmeasured).
-SWAP_SPLIT_ONE_TILE_MAX_M = 192
-SWAP_SPLIT_ONE_TILE_WEIGHT_M = 128
-SWAP_SPLIT_ONE_TILE_MAX_SPLIT = 4
-SWAP_SPLIT_ONE_TILE_MIN_K_BLOCKS = 192
-SWAP_SPLIT_ONE_TILE_MIN_FILL = 0.7
+# k-loops keeps 108-128 SMs pulling it; cuBLAS runs these tiles (nvjet 128x144 and
+# 128x176 split-K on 5120 rows, 192x80 and 192x96 in 1x2 on 6144); the model's plans
+# were plain tiles split 2-4 ways, their second tile row mostly padding. The model rated
+# the split swaps 1.5-1.6x too slow (it adds up the weight's HBM stream and the tokens'
+# L2 loads for split k-loops, see ``_tile_seconds``; ``split_paths_overlap`` rates them
+# side by side, 46 us at 176x5120x14336, which ran 48.6), so the family is taken
+# wherever it applies. Measured (benchmarks/NOTES.md section 50,
+# ``results/small_prefill_long_k.json.gz``): with one token tile on every layout, faster
+# than the plans before on every one of 21 held-out shapes of M = 129-192, 3072- to
+# 7168-row weights and K = 12288-28672, 1.180x in single calls (1.035-1.314) and 1.181x
+# in graph replays (1.042-1.262), 0.84x -> 0.99x of cuBLAS in single calls and 0.85x ->
+# 1.01x in graph replays; the pairs then took over on 6144 and 3072 rows (96 CTAs for
+# one tile, 128 for pairs): 1.046x faster in single calls and 1.077x in graph replays on
+# 11 held-out shapes (6144 rows 1.02-1.13x single; level on 3584 rows, 114 CTAs against
+# 112). Not in place of the swaps the model picks before it (two 80-wide token tiles
+# beside 128-row weight tiles in 1x2 clusters ran 1.06x as fast as one tile at 144 x
+# 3584 x 14336 and 27648), nor below 70 % of the SMs (2048-row weights, unmeasured).
+SWAP_SPLIT_FILL_MAX_M = 192
+SWAP_SPLIT_FILL_LAYOUTS = ((128, 1), (192, 2))  # (weight tile rows, token tiles)
+SWAP_SPLIT_FILL_MAX_SPLIT = 4
+SWAP_SPLIT_FILL_MIN_K_BLOCKS = 192
+SWAP_SPLIT_FILL_MIN_SMS = 0.7
 # Two token tiles fitted to the tokens beside 192-row weight tiles, the pair in a 1x2
 # cluster that multicasts each weight tile to both, in one wave of unsplit k-loops of
 # ONE_WAVE_MIN_K_BLOCKS to SWAP_TALL_PAIRS_MAX_K_BLOCKS whose CTAs fill at least
@@ -285,8 +289,8 @@ SWAP_TALL_PAIRS_MAX_M = 224
 # and 6144-row weights, K = 4096-10240, 1.059x faster in single calls (0.974-1.124)
 # and 1.060x in graph replays (1.028-1.108); slower in single calls at 129 and
 # 169 x 5120 x 4096 (0.976x, 0.974x). Where the model swaps (7168- to 11008-row
-# weights below M = 193, mostly) the swaps ran faster; at 192 k-blocks and more one
-# token tile split to fill the wave takes over (SWAP_SPLIT_ONE_TILE_MIN_K_BLOCKS).
+# weights below M = 193, mostly) the swaps ran faster; at 192 k-blocks and more token
+# tiles split to fill the wave take over (SWAP_SPLIT_FILL_MIN_K_BLOCKS).
 # 2x1 clusters only (1x2 ran 0.73-0.98x as fast).
 TWO_ROWS_FILLING_MIN_M = 129
 TWO_ROWS_FILLING_GAIN = 1.3
@@ -357,8 +361,8 @@ def estimate_seconds(m: int, n: int, k: int, batches: int, sm_count: int, tile_m
     tiles they have in common through multicast (one L2 read for the cluster). The
     CTAs resident at once share L2's bandwidth (``ThroughputModel.l2_bytes_per_s``).
     ``split_paths_overlap``: split work items, too, load an operand from HBM and one
-    from L2 side by side (``_tile_seconds``), as one token tile's do in one wave of
-    splits (``SWAP_SPLIT_ONE_TILE_MIN_K_BLOCKS``).
+    from L2 side by side (``_tile_seconds``), as swapped token tiles' do in one wave of
+    splits (``SWAP_SPLIT_FILL_MIN_K_BLOCKS``).
     """
     cluster = cluster_m * cluster_n
     units = ceil_div(ceil_div(m, tile_m), cluster_m) * ceil_div(ceil_div(n, tile_n), cluster_n) * batches
@@ -450,8 +454,8 @@ def ranked_sm90_configs(m: int, n: int, k: int, batches: int, sm_count: int, can
     tall tiles may still displace the plain plan: two rows of plain 192-row tiles
     (``PLAIN_TALL_TILE_M``) or three token tiles beside 256-row weight tiles
     (``SWAP_THREE_TILES_MIN_M``), and so may two rows of 128-row tiles whose width
-    fills one wave (``TWO_ROWS_FILLING_MIN_M``); on long k-loops one token tile split
-    to fill one wave displaces them all (``SWAP_SPLIT_ONE_TILE_MIN_K_BLOCKS``).
+    fills one wave (``TWO_ROWS_FILLING_MIN_M``); on long k-loops token tiles split to
+    fill one wave displace them all (``SWAP_SPLIT_FILL_MIN_K_BLOCKS``).
     """
     ranked = _plain_candidates(m, n, k, batches, sm_count, model)
     if can_swap and batches == 1 and m <= SWAP_MAX_M:
@@ -459,17 +463,17 @@ def ranked_sm90_configs(m: int, n: int, k: int, batches: int, sm_count: int, can
         if swapped and _swap_pays(swapped, ranked):
             return _break_ties(ranked + swapped)
     # After the swap is decided: tall tiles, plain or beside three token tiles, two rows
-    # of 128-row tiles filling one wave and one token tile split to fill one wave were
+    # of 128-row tiles filling one wave and token tiles split to fill one wave were
     # measured faster than the plain plans they displace and slower than the swaps
     # (PLAIN_TALL_TILE_M, SWAP_THREE_TILES_MIN_M, TWO_ROWS_FILLING_MIN_M,
-    # SWAP_SPLIT_ONE_TILE_MIN_K_BLOCKS).
+    # SWAP_SPLIT_FILL_MIN_K_BLOCKS).
     ranked = _break_ties(ranked + _two_rows_of_tall_tiles(m, n, k, batches, sm_count, model)
                          + _two_rows_filling_one_wave(m, n, k, batches, sm_count, model))
     if can_swap and batches == 1:
         # Measured faster than every plan it displaced, whatever the model's rates.
-        split_one = _one_token_tile_split_to_fill_one_wave(m, n, k, sm_count, model)
-        if split_one:
-            return split_one + ranked
+        filling = _token_tiles_split_to_fill_one_wave(m, n, k, sm_count, model)
+        if filling:
+            return filling + ranked
         three = _three_token_tiles_on_tall_weight_tiles(m, n, k, sm_count, model)
         if three and _swap_pays(three, ranked):
             return _break_ties(ranked + three)
@@ -508,7 +512,7 @@ def candidates_to_time(m: int, n: int, k: int, batches: int, sm_count: int, can_
     tokens = max(m, min(tokens_up_to or m, SWAP_AB_MAX_M)) if m <= SWAP_AB_MAX_M else m
     swapped = _swapped_candidates(tokens, n, k, sm_count, model) if swaps else []
     late = (_three_token_tiles_on_tall_weight_tiles(m, n, k, sm_count, model)
-            + _one_token_tile_split_to_fill_one_wave(m, n, k, sm_count, model)) if swaps else []
+            + _token_tiles_split_to_fill_one_wave(m, n, k, sm_count, model)) if swaps else []
     swapped = _break_ties(swapped + late) if late else swapped
     if not swapped:
         banded = _banded_variant(plain[0][1], m, n, batches, sm_count)
@@ -685,23 +689,31 @@ def _swapped_candidates(m, n, k, sm_count, model):
     return _break_ties(candidates) if candidates else []
 
 
-def _one_token_tile_split_to_fill_one_wave(m, n, k, sm_count, model):
-    """The swapped candidate whose one token tile (fitted to ``m``, past ``SWAP_AB_MAX_M``
-    up to ``SWAP_SPLIT_ONE_TILE_MAX_M``) sits beside 128-row weight tiles, unclustered,
-    split as many ways (up to ``SWAP_SPLIT_ONE_TILE_MAX_SPLIT``) as one wave holds, for
-    k-loops of at least ``SWAP_SPLIT_ONE_TILE_MIN_K_BLOCKS``; rated with the weight's
-    and the tokens' loads side by side."""
+def _token_tiles_split_to_fill_one_wave(m, n, k, sm_count, model):
+    """The swapped candidate of ``SWAP_SPLIT_FILL_LAYOUTS`` (one token tile fitted to
+    ``m`` beside 128-row weight tiles, or two beside 192-row ones paired in a 1x2
+    cluster) whose k-loops, split as many ways (up to ``SWAP_SPLIT_FILL_MAX_SPLIT``) as
+    one wave holds, keep the most SMs working, at least ``SWAP_SPLIT_FILL_MIN_SMS`` of
+    them; past ``SWAP_AB_MAX_M`` up to ``SWAP_SPLIT_FILL_MAX_M`` tokens, for k-loops of
+    at least ``SWAP_SPLIT_FILL_MIN_K_BLOCKS``. Rated with the weight's and the tokens'
+    loads side by side."""
     k_blocks = ceil_div(k, TILE_K)
-    if not SWAP_AB_MAX_M < m <= SWAP_SPLIT_ONE_TILE_MAX_M or k_blocks < SWAP_SPLIT_ONE_TILE_MIN_K_BLOCKS:
+    if not SWAP_AB_MAX_M < m <= SWAP_SPLIT_FILL_MAX_M or k_blocks < SWAP_SPLIT_FILL_MIN_K_BLOCKS:
         return []
-    weight_tiles = ceil_div(n, SWAP_SPLIT_ONE_TILE_WEIGHT_M)
-    split = min(SWAP_SPLIT_ONE_TILE_MAX_SPLIT, sm_count // weight_tiles)
-    if split < 2 or weight_tiles * split < SWAP_SPLIT_ONE_TILE_MIN_FILL * sm_count:
+    layouts = []
+    for weight_m, token_tiles in SWAP_SPLIT_FILL_LAYOUTS:
+        clusters = ceil_div(n, weight_m)
+        split = min(SWAP_SPLIT_FILL_MAX_SPLIT, resident_clusters(sm_count, token_tiles) // clusters)
+        ctas = clusters * token_tiles * split
+        if split >= 2 and ctas >= SWAP_SPLIT_FILL_MIN_SMS * sm_count:
+            layouts.append((ctas, -token_tiles, weight_m, token_tiles, split))  # ties: one token tile
+    if not layouts:
         return []
-    token_tile = fitted_token_tile(m, 1)
-    seconds = estimate_seconds(n, m, k, 1, sm_count, SWAP_SPLIT_ONE_TILE_WEIGHT_M, token_tile, split, model,
+    _, _, weight_m, token_tiles, split = max(layouts)
+    token_tile = fitted_token_tile(m, token_tiles)
+    seconds = estimate_seconds(n, m, k, 1, sm_count, weight_m, token_tile, split, model, cluster_n=token_tiles,
                                split_paths_overlap=True)
-    return [(seconds, GemmConfig(tile_m=SWAP_SPLIT_ONE_TILE_WEIGHT_M, tile_n=token_tile, tile_k=TILE_K,
+    return [(seconds, GemmConfig(tile_m=weight_m, tile_n=token_tile, tile_k=TILE_K, cluster_n=token_tiles,
                                  raster=Raster.ALONG_M, swizzle=1, split_k=split, swap_ab=True))]
 
 
