@@ -222,35 +222,6 @@ SWAP_THREE_TILES_MIN_M = 257
 SWAP_THREE_TILES_MAX_M = 336
 SWAP_THREE_TILES_WEIGHT_TILE_M = 256
 SWAP_MAX_M = max(SWAP_TWO_TILES_MAX_M, SWAP_FOUR_TILES_MAX_M)
-# Token tiles fitted to the tokens beside the weight's tiles, each k-loop split as many
-# ways as one wave holds, where the k-loops are long (K >= 12288) and the model declines
-# the swap (after the swap decision, as the tall families): one token tile beside
-# 128-row weight tiles, unclustered (split 3 on 5120 rows, 2 on 7168), or two beside
-# 192-row weight tiles in 1x2 clusters that multicast each weight tile to both (split 2
-# on 6144 rows, 4 on 3072), whichever keeps more SMs working. A down projection of a
-# mid-size model in small prefill: the weight streams from HBM, and one wave of split
-# k-loops keeps 108-128 SMs pulling it; cuBLAS runs these tiles (nvjet 128x144 and
-# 128x176 split-K on 5120 rows, 192x80 and 192x96 in 1x2 on 6144); the model's plans
-# were plain tiles split 2-4 ways, their second tile row mostly padding. The model rated
-# the split swaps 1.5-1.6x too slow (it adds up the weight's HBM stream and the tokens'
-# L2 loads for split k-loops, see ``_tile_seconds``; ``split_paths_overlap`` rates them
-# side by side, 46 us at 176x5120x14336, which ran 48.6), so the family is taken
-# wherever it applies. Measured (benchmarks/NOTES.md section 50,
-# ``results/small_prefill_long_k.json.gz``): with one token tile on every layout, faster
-# than the plans before on every one of 21 held-out shapes of M = 129-192, 3072- to
-# 7168-row weights and K = 12288-28672, 1.180x in single calls (1.035-1.314) and 1.181x
-# in graph replays (1.042-1.262), 0.84x -> 0.99x of cuBLAS in single calls and 0.85x ->
-# 1.01x in graph replays; the pairs then took over on 6144 and 3072 rows (96 CTAs for
-# one tile, 128 for pairs): 1.046x faster in single calls and 1.077x in graph replays on
-# 11 held-out shapes (6144 rows 1.02-1.13x single; level on 3584 rows, 114 CTAs against
-# 112). Not in place of the swaps the model picks before it (two 80-wide token tiles
-# beside 128-row weight tiles in 1x2 clusters ran 1.06x as fast as one tile at 144 x
-# 3584 x 14336 and 27648), nor below 70 % of the SMs (2048-row weights, unmeasured).
-SWAP_SPLIT_FILL_MAX_M = 192
-SWAP_SPLIT_FILL_LAYOUTS = ((128, 1), (192, 2))  # (weight tile rows, token tiles)
-SWAP_SPLIT_FILL_MAX_SPLIT = 4
-SWAP_SPLIT_FILL_MIN_K_BLOCKS = 192
-SWAP_SPLIT_FILL_MIN_SMS = 0.7
 # Two token tiles fitted to the tokens beside 192-row weight tiles, the pair in a 1x2
 # cluster that multicasts each weight tile to both, in one wave of unsplit k-loops of
 # ONE_WAVE_MIN_K_BLOCKS to SWAP_TALL_PAIRS_MAX_K_BLOCKS whose CTAs fill at least
@@ -294,6 +265,36 @@ SWAP_TALL_PAIRS_MAX_M = 224
 # 2x1 clusters only (1x2 ran 0.73-0.98x as fast).
 TWO_ROWS_FILLING_MIN_M = 129
 TWO_ROWS_FILLING_GAIN = 1.3
+# Token tiles fitted to the tokens beside the weight's tiles, each k-loop split as many
+# ways as one wave holds, where the k-loops are long (K >= 12288) and the model declines
+# the swap (after the swap decision, as the tall families): one token tile beside
+# 128-row weight tiles, unclustered (split 3 on 5120 rows, 2 on 7168), or two beside
+# 192-row weight tiles in 1x2 clusters that multicast each weight tile to both (split 2
+# on 6144 rows, 4 on 3072), whichever keeps more SMs working. A down projection of a
+# mid-size model in small prefill: the weight streams from HBM, and one wave of split
+# k-loops keeps 108-128 SMs pulling it; cuBLAS runs these tiles (nvjet 128x144 and
+# 128x176 split-K on 5120 rows, 192x80 and 192x96 in 1x2 on 6144); the model's plans
+# were plain tiles split 2-4 ways, their second tile row mostly padding. The model rated
+# the split swaps 1.5-1.6x too slow (it adds up the weight's HBM stream and the tokens'
+# L2 loads for split k-loops, see ``_tile_seconds``; ``split_paths_overlap`` rates them
+# side by side, 46 us at 176x5120x14336, which ran 48.6), so the family is taken
+# wherever it applies. Measured (benchmarks/NOTES.md section 50,
+# ``results/small_prefill_long_k.json.gz``): with one token tile on every layout, faster
+# than the plans before on every one of 21 held-out shapes of M = 129-192, 3072- to
+# 7168-row weights and K = 12288-28672, 1.180x in single calls (1.035-1.314) and 1.181x
+# in graph replays (1.042-1.262), 0.84x -> 0.99x of cuBLAS in single calls and 0.85x ->
+# 1.01x in graph replays; the pairs then took over on 6144 and 3072 rows (96 CTAs for
+# one tile, 128 for pairs): 1.046x faster in single calls and 1.077x in graph replays on
+# 11 held-out shapes (6144 rows 1.02-1.13x single; level on 3584 rows, 114 CTAs against
+# 112). Not in place of the swaps the model picks before it (two 80-wide token tiles
+# beside 128-row weight tiles in 1x2 clusters ran 1.06x as fast as one tile at 144 x
+# 3584 x 14336 and 27648), nor below 70 % of the SMs (2048-row weights, unmeasured).
+SWAP_SPLIT_FILL_MAX_M = 192
+# (weight tile rows, token tiles); the pairs' weight tiles are the unsplit pairs' ones
+SWAP_SPLIT_FILL_LAYOUTS = ((128, 1), (SWAP_TALL_PAIRS_TILE_M, 2))
+SWAP_SPLIT_FILL_MAX_SPLIT = 4
+SWAP_SPLIT_FILL_MIN_K_BLOCKS = 192
+SWAP_SPLIT_FILL_MIN_SMS = 0.7
 PLAIN_TILE_N = (256, 224, 192, 160, 128, 96, 64)
 # Past the swaps' M, 128-row tiles may also take the odd multiples of 16 between those
 # widths, where they fit the waves better (1536x2560x8192: 11 columns of 240 fill 132
