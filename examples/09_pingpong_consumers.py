@@ -18,7 +18,7 @@ at 8192x8192x512, 128x256 cooperative took 116.3 us and 128x192 ping-pong 98.8 u
 with four epilogue buffers per warpgroup (benchmarks/results/sweep_pp192_k.json.gz;
 NOTES section 19); with section 20's kernel changes and three buffers, which keep a
 fifth ring stage, the default ran this shape 3 % faster again (731.9 against 708.3
-TFLOP/s for the code before, benchmarks/results/suite_shortk_batched.md; NOTES
+TFLOP/s for the code before, benchmarks/results/suite_shortk_batched.json.gz; NOTES
 section 20). wsgemm's default path uses ping-pong for k-loops up to K = 1536,
 and where 128x128 tiles fill one wave at K >= 2048: each CTA then has one tile,
 which one warpgroup runs alone, faster than a cooperative pair (NOTES section 21).
