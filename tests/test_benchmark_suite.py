@@ -850,3 +850,35 @@ def test_the_committed_sustained_retune_regenerates_and_ships_in_the_table(monke
     defaults = _jsonable(GemmConfig())
     for key, entry in entries.items():
         assert MEASURED[key] == {name: v for name, v in entry["config"].items() if defaults[name] != v}
+
+
+# ------------------------------------------------------------------- model regret
+
+
+def test_model_regret_reads_sweep_labels_as_the_plans_they_name():
+    regret = load("model_regret")
+    plan = regret.parse_label("swap 128x80 c1x2 split2", None)
+    assert (plan.swap_ab, plan.tile_m, plan.tile_n, plan.cluster_m, plan.cluster_n, plan.split_k) == (
+        True, 128, 80, 1, 2, 2)
+    default = regret.parse_label("default", "direct 64x128x64_c2x1_s9_e2_along_m_w1_before_copy_split4_pdl")
+    assert default == regret.Plan(False, 64, 128, 2, 1, 4)
+    # Plans the model does not tell apart from others are left out.
+    for label in ("128x256 c2x1 s7", "base default", "128x192 c2x1 pingpong"):
+        assert regret.parse_label(label, None) is None
+
+
+def test_model_regret_is_the_picks_time_over_the_fastest(tmp_path):
+    regret = load("model_regret")
+    plans = {"128x256 c2x1": [100.0, 99, 101], "64x64 c1x1 split8": [300.0, 299, 301]}
+    sweep = {"runs": [{"shapes": [{"shape": [4096, 4096, 4096], "b": "W.t()", "us": plans,
+                                   "graph_us": {"128x256 c2x1": 90.0}}]}]}
+    (tmp_path / "sweep.json").write_text(json.dumps(sweep))
+    problems = regret.load_sweeps(tmp_path)
+    assert len(problems) == 1 and problems[0][1] == (4096, 4096, 4096)
+    rows = regret.regrets(problems, regret.heuristics.H200, graph=False)
+    assert rows[0][0] == 1.0 and rows[0][3] == rows[0][4] == regret.Plan(False, 128, 256, 2, 1, 1)
+    # Slower timings for the model's pick show as regret; one graph timing is no comparison.
+    plans["128x256 c2x1"][0] = 600.0
+    (tmp_path / "sweep.json").write_text(json.dumps(sweep))
+    assert regret.regrets(regret.load_sweeps(tmp_path), regret.heuristics.H200, graph=False)[0][0] == 2.0
+    assert regret.regrets(problems, regret.heuristics.H200, graph=True) == []
