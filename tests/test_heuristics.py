@@ -104,8 +104,23 @@ def test_a_split_costs_a_fixed_fix_up_latency():
     no_latency = dataclasses.replace(H200, split_fixup_s=0.0)
     assert estimate_seconds(*args, 2, H200) - estimate_seconds(*args, 2, no_latency) == pytest.approx(3e-6)
     assert estimate_seconds(*args, 1, H200) == estimate_seconds(*args, 1, no_latency)  # unsplit: no fix-up
+    # Each split past two adds one more slot for the last split to read after the others.
+    no_extra = dataclasses.replace(H200, split_fixup_per_extra_split_s=0.0)
+    assert estimate_seconds(*args, 2, H200) == estimate_seconds(*args, 2, no_extra)
+    assert estimate_seconds(*args, 4, H200) - estimate_seconds(*args, 4, no_extra) == pytest.approx(2e-6)
     # Few tiles and a long k-loop still split (decode, M = 1: 8B down projection).
     assert choose_config("sm90", 1, 4096, 14336, 1, H200_SMS, can_swap=True).split_k > 1
+
+
+def test_splits_past_two_are_taken_only_where_they_pay_their_fix_up():
+    """Each split past two costs another round trip before the epilogue (NOTES section
+    51): on 1024- to 3072-row weights at small M the model splits less than it did
+    (8 -> 4, 4 -> 2, 3 -> none), which ran 1.05x faster on an H200."""
+    assert choose_config("sm90", 1, 2048, 4096, 1, H200_SMS, can_swap=True).split_k == 4  # was 8
+    assert choose_config("sm90", 8, 3072, 4096, 1, H200_SMS, can_swap=True).split_k == 2  # was 4
+    assert choose_config("sm90", 128, 2048, 4096, 1, H200_SMS).split_k == 1  # was 4
+    # Long k-loops over few tiles still split (decode on a 1024-row weight).
+    assert choose_config("sm90", 16, 1024, 8192, 1, H200_SMS, can_swap=True).split_k >= 4
 
 
 def test_short_k_is_not_split():
@@ -129,14 +144,15 @@ def test_every_heuristic_choice_is_a_valid_config():
 
 
 def test_autotune_times_both_swapped_and_plain_kernels_for_decode_shapes():
-    # The model keeps 8B QKV at M = 1 unswapped; the autotuner must still try swapping.
-    assert not choose_config("sm90", 1, 6144, 4096, 1, H200_SMS, can_swap=True).swap_ab
-    candidates = candidates_to_time(1, 6144, 4096, 1, H200_SMS, True, 8)
+    # The model keeps M = 1 on a 6144x8192 weight unswapped; the autotuner must still
+    # try swapping.
+    assert not choose_config("sm90", 1, 6144, 8192, 1, H200_SMS, can_swap=True).swap_ab
+    candidates = candidates_to_time(1, 6144, 8192, 1, H200_SMS, True, 8)
     assert len(candidates) == len(set(candidates)) == 8
     assert 3 <= sum(c.swap_ab for c in candidates) <= 4  # half, or every swapped candidate there is
-    assert candidates[0] == choose_config("sm90", 1, 6144, 4096, 1, H200_SMS, can_swap=True)
+    assert candidates[0] == choose_config("sm90", 1, 6144, 8192, 1, H200_SMS, can_swap=True)
     # Without the option, or for large M, only unswapped ones, the model's choice first.
-    assert not any(c.swap_ab for c in candidates_to_time(1, 6144, 4096, 1, H200_SMS, False, 8))
+    assert not any(c.swap_ab for c in candidates_to_time(1, 6144, 8192, 1, H200_SMS, False, 8))
     large = candidates_to_time(1024, 2048, 4096, 1, H200_SMS, True, 8)
     assert not any(c.swap_ab for c in large) and large[0] == choose_config("sm90", 1024, 2048, 4096, 1, H200_SMS, True)
 

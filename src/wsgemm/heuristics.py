@@ -70,6 +70,17 @@ class ThroughputModel:
     # splits. Side by side, the 42 off-table shapes whose plan it changed ran 1.09x
     # faster in single calls, 1.22x in graph replays (results/model_split_fixup_ab).
     split_fixup_s: float = 3e-6
+    # ... for two splits; each split past two costs this much more. The last split adds
+    # the others' slots one after another (``kernels/common/split_k.add_partials``), so
+    # every further slot is another dependent round trip to L2 before the epilogue.
+    # Fitted to the committed sweeps (benchmarks/model_regret.py: the model's pick among
+    # the timed plans of 462 swept problems, 1.027x -> 1.024x the fastest in single calls
+    # 1.024x -> 1.019x in graph replays) and A/B'd on an H200 (NOTES section 51,
+    # results/split_fixup_per_split.json.gz): on 36 held-out shapes whose plan it
+    # changed (splits of 3-8 cut to 2-6 or none, mostly at M <= 256 on 1024- to
+    # 3072-row weights), 1.054x faster in single calls and 1.059x in graph replays,
+    # 0.97x -> 1.02x of cuBLAS in single calls; slowest 0.92x (256x2048x8192).
+    split_fixup_per_extra_split_s: float = 1e-6
 
 
 H200 = ThroughputModel()
@@ -385,9 +396,10 @@ def estimate_seconds(m: int, n: int, k: int, batches: int, sm_count: int, tile_m
     if tail:
         split_blocks = ceil_div(k_blocks, split_k)
         busiest_sm += ceil_div(tail * split_k, slots) * tile_seconds(split_blocks)
-        # The last split stores nothing until it has read the others' fp32 tiles; the
-        # others' stores run alongside.
-        busiest_sm += split_k * tile_m * tile_n * 4 / model.sm_l2_bytes_per_s + model.split_fixup_s
+        # The last split stores nothing until it has read the others' fp32 tiles, one
+        # after another; the others' stores run alongside.
+        busiest_sm += (split_k * tile_m * tile_n * 4 / model.sm_l2_bytes_per_s + model.split_fixup_s
+                       + (split_k - 2) * model.split_fixup_per_extra_split_s)
     elif units % slots:
         busiest_sm += tile_seconds(k_blocks)
     partial_bytes = (split_k - 1) * tail * cluster * tile_m * tile_n * 4 * 2  # written, then read back
@@ -491,9 +503,9 @@ def candidates_to_time(m: int, n: int, k: int, batches: int, sm_count: int, can_
                        model: ThroughputModel = H200, tokens_up_to: int | None = None) -> list[GemmConfig]:
     """What ``config="autotune"`` times: ``count`` of the model's candidates; for decode
     shapes that can swap A and B, half of each kind, because the model's choice
-    between them is its least reliable (the model keeps 8B QKV at M = 1 unswapped;
+    between them is its least reliable (the model kept 8B QKV at M = 1 unswapped;
     measured at M <= 8, swapped ran 18.6 us against 21.8 us; benchmarks/NOTES.md
-    section 10). Within a kind, :func:`_diverse` spreads the picks over tile shapes.
+    section 10; it keeps M = 1 on a 6144x8192 weight unswapped). Within a kind, :func:`_diverse` spreads the picks over tile shapes.
     For long runs that are not swapped, the last candidate is the model's first
     choice walking in raster bands (:func:`_banded_variant`).
 
