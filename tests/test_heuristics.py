@@ -121,6 +121,9 @@ def test_splits_past_two_are_taken_only_where_they_pay_their_fix_up():
     assert choose_config("sm90", 128, 2048, 4096, 1, H200_SMS).split_k == 1  # was 4
     # Long k-loops over few tiles still split (decode on a 1024-row weight).
     assert choose_config("sm90", 16, 1024, 8192, 1, H200_SMS, can_swap=True).split_k >= 4
+    # Two tile rows pair along M, reading each weight tile once: 1x2 there ran 0.92x.
+    two_rows = choose_config("sm90", 256, 2048, 8192, 1, H200_SMS)
+    assert (two_rows.tile_m, two_rows.cluster_m, two_rows.cluster_n) == (128, 2, 1)
 
 
 def test_short_k_is_not_split():

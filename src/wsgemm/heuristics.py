@@ -79,7 +79,8 @@ class ThroughputModel:
     # results/split_fixup_per_split.json.gz): on 36 held-out shapes whose plan it
     # changed (splits of 3-8 cut to 2-6 or none, mostly at M <= 256 on 1024- to
     # 3072-row weights), 1.054x faster in single calls and 1.059x in graph replays,
-    # 0.97x -> 1.02x of cuBLAS in single calls; slowest 0.92x (256x2048x8192).
+    # 0.97x -> 1.02x of cuBLAS in single calls; slowest 0.92x (256x2048x8192, whose
+    # 1x2 clusters over two tile rows ``_clusters`` now leaves out), then 0.95x.
     split_fixup_per_extra_split_s: float = 1e-6
 
 
@@ -505,9 +506,10 @@ def candidates_to_time(m: int, n: int, k: int, batches: int, sm_count: int, can_
     shapes that can swap A and B, half of each kind, because the model's choice
     between them is its least reliable (the model kept 8B QKV at M = 1 unswapped;
     measured at M <= 8, swapped ran 18.6 us against 21.8 us; benchmarks/NOTES.md
-    section 10; it keeps M = 1 on a 6144x8192 weight unswapped). Within a kind, :func:`_diverse` spreads the picks over tile shapes.
-    For long runs that are not swapped, the last candidate is the model's first
-    choice walking in raster bands (:func:`_banded_variant`).
+    section 10; it keeps M = 1 on a 6144x8192 weight unswapped). Within a kind,
+    :func:`_diverse` spreads the picks over tile shapes. For long runs that are not
+    swapped, the last candidate is the model's first choice walking in raster bands
+    (:func:`_banded_variant`).
 
     ``tokens_up_to``: the largest M the winner will serve (the autotuner's bucket
     bound); up to ``SWAP_AB_MAX_M`` swapped candidates' N tiles hold that many tokens,
@@ -877,7 +879,9 @@ def _clusters(tile_m, tiles_m, tiles_n, swap_ab):
     """Cluster shapes worth modelling. Plain: B (the weight) is multicast along M, so
     pair M tiles when there are two or more (measured at M = 96-512: 3-14 % faster than
     unpaired; NOTES section 13). Clusters along N also multicast A, where there are
-    two tile rows or more: 2x2, and 1x2 for 128-row tiles. ``_candidates`` keeps them only
+    two tile rows or more: 2x2, and 1x2 for 128-row tiles over three rows or more (over
+    two, pairing the rows reads each weight tile once: 1x2 ran 0.73-0.98x as fast as
+    2x1 at M = 176-256, NOTES sections 49 and 51). ``_candidates`` keeps them only
     where the clusters fit one wave of a long k-loop (``ONE_WAVE_MIN_K_BLOCKS``),
     where L2 binds: at 320-384x2560x8192, 64x128 tiles in 2x2 clusters ran 1.2x
     faster than the 128x128 split tiles the model chose before, and cuBLAS runs
@@ -897,7 +901,8 @@ def _clusters(tile_m, tiles_m, tiles_n, swap_ab):
     along_m = [(1, 1), (2, 1)] if tiles_m >= 2 else [(1, 1)]
     if tiles_m < 2 or tiles_n < 2:
         return along_m
-    return along_m + [(cluster_m, 2) for cluster_m, _ in along_m if cluster_m == 2 or tile_m == 128]
+    return along_m + [(cluster_m, 2) for cluster_m, _ in along_m
+                      if cluster_m == 2 or (tile_m == 128 and tiles_m > 2)]
 
 
 def choose_config(arch: str, m: int, n: int, k: int, batches: int, sm_count: int,
