@@ -41,6 +41,8 @@ SHORT_LABEL = re.compile(r"^(?:model#\d+(?: twin)? )?(swap |direct )?(\d+)x(\d+)
 
 @dataclasses.dataclass(frozen=True)
 class Plan:
+    """What the model tells plans apart by (``GemmConfig``'s tile, cluster, split, swap)."""
+
     swap_ab: bool
     tile_m: int
     tile_n: int

@@ -74,7 +74,7 @@ class ThroughputModel:
     # the others' slots one after another (``kernels/common/split_k.add_partials``), so
     # every further slot is another dependent round trip to L2 before the epilogue.
     # Fitted to the committed sweeps (benchmarks/model_regret.py: the model's pick among
-    # the timed plans of 462 swept problems, 1.027x -> 1.024x the fastest in single calls
+    # the timed plans of 462 swept problems, 1.027x -> 1.024x the fastest in single calls,
     # 1.024x -> 1.019x in graph replays) and A/B'd on an H200 (NOTES section 51,
     # results/split_fixup_per_split.json.gz): on 36 held-out shapes whose plan it
     # changed (splits of 3-8 cut to 2-6 or none, mostly at M <= 256 on 1024- to
