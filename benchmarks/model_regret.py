@@ -11,9 +11,12 @@ and ``default`` / ``model#`` labels in the short config form, ring depth ignored
 rates each plan with :func:`wsgemm.heuristics.estimate_seconds` (``--set`` changes a
 ``ThroughputModel`` rate). A problem's *regret* is the time of the plan the model
 rates fastest over the fastest timed, in single calls and in graph replays; printed:
-their geometric means and the problems more than 5 % off. The plain rates only: the
-plan families the default path weighs with their own measured gains are rated as any
-other plan, so their regrets show what those gains correct.
+their geometric means and the problems more than 5 % off. By default the plain rates:
+the plan families the default path weighs with their own measured gains are rated as
+any other plan, so their regrets show what those gains correct. ``--ranked`` takes
+instead the plan :func:`wsgemm.heuristics.ranked_sm90_configs` puts first (the
+families and their gains, the swap decision; not the tuned table or the launch
+policy), on the problems where that plan was timed.
 """
 
 from __future__ import annotations
@@ -118,7 +121,14 @@ def rated_seconds(shape, plan: Plan, model: heuristics.ThroughputModel) -> float
                                        split_paths_overlap=overlap)
 
 
-def regrets(problems, model, graph: bool):
+def ranked_pick(shape, timed, model: heuristics.ThroughputModel) -> Plan | None:
+    """The plan the default path's ranking puts first for ``shape``, if it was timed."""
+    _, config = heuristics.ranked_sm90_configs(*shape, 1, SMS, can_swap=True, model=model)[0]
+    plan = Plan(config.swap_ab, config.tile_m, config.tile_n, config.cluster_m, config.cluster_n, config.split_k)
+    return plan if plan in timed else None
+
+
+def regrets(problems, model, graph: bool, ranked: bool = False):
     """(regret, source, shape, plan the model picks, fastest timed) per problem."""
     rows = []
     for source, shape, plans in problems:
@@ -126,7 +136,12 @@ def regrets(problems, model, graph: bool):
         times = {plan: t for plan, t in times.items() if t}
         if len(times) < 2:
             continue
-        pick = min(times, key=lambda plan: rated_seconds(shape, plan, model))
+        if ranked:
+            pick = ranked_pick(shape, times, model)
+            if pick is None:
+                continue
+        else:
+            pick = min(times, key=lambda plan: rated_seconds(shape, plan, model))
         fastest = min(times, key=times.get)
         rows.append((times[pick] / times[fastest], source, shape, pick, fastest))
     return rows
@@ -137,6 +152,8 @@ def main(argv=None) -> int:
     p.add_argument("--set", action="append", default=[], metavar="RATE=VALUE",
                    help="a ThroughputModel field to change, e.g. split_fixup_s=2e-6 (repeatable)")
     p.add_argument("--worst", type=int, default=10, help="list this many of the worst problems")
+    p.add_argument("--ranked", action="store_true",
+                   help="pick as heuristics.ranked_sm90_configs ranks (plan families and their gains)")
     args = p.parse_args(argv)
     changes = {}
     for item in args.set:
@@ -148,7 +165,7 @@ def main(argv=None) -> int:
     problems = load_sweeps()
     print(f"{len(problems)} swept problems, {sum(len(p[2]) for p in problems)} timed plans the model rates")
     for graph in (False, True):
-        rows = regrets(problems, model, graph)
+        rows = regrets(problems, model, graph, args.ranked)
         mean = math.exp(sum(math.log(r[0]) for r in rows) / len(rows))
         off = [r for r in rows if r[0] > 1.05]
         print(f"{'graph replays' if graph else 'single calls'}: {len(rows)} problems, the model's pick "
