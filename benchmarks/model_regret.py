@@ -15,8 +15,8 @@ their geometric means and the problems more than 5 % off. By default the plain r
 the plan families the default path weighs with their own measured gains are rated as
 any other plan, so their regrets show what those gains correct. ``--ranked`` takes
 instead the plan :func:`wsgemm.heuristics.ranked_sm90_configs` puts first (the
-families and their gains, the swap decision; not the tuned table or the launch
-policy), on the problems where that plan was timed.
+families and their gains, the swap decision), as the launch policy runs it, on the
+problems where that plan was timed (not the tuned table's winners).
 """
 
 from __future__ import annotations
@@ -122,8 +122,14 @@ def rated_seconds(shape, plan: Plan, model: heuristics.ThroughputModel) -> float
 
 
 def ranked_pick(shape, timed, model: heuristics.ThroughputModel) -> Plan | None:
-    """The plan the default path's ranking puts first for ``shape``, if it was timed."""
-    _, config = heuristics.ranked_sm90_configs(*shape, 1, SMS, can_swap=True, model=model)[0]
+    """The plan the default path's ranking puts first for ``shape``, as the launch
+    policy runs it (clusters of 8, pairs of tall swaps in 4s, ...), if it was timed."""
+    m, n, k = shape
+    _, config = heuristics.ranked_sm90_configs(m, n, k, 1, SMS, can_swap=True, model=model)[0]
+    kernel_m, kernel_n = (n, m) if config.swap_ab else (m, n)
+    config = heuristics.as_launched("sm90", config, kernel_m, kernel_n, k, 1, SMS, "bf16", "bf16")
+    if config.stream_k or config.pingpong:
+        return None  # timed under labels the model does not rate apart
     plan = Plan(config.swap_ab, config.tile_m, config.tile_n, config.cluster_m, config.cluster_n, config.split_k)
     return plan if plan in timed else None
 

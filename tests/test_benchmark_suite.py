@@ -882,7 +882,8 @@ def test_model_regret_is_the_picks_time_over_the_fastest(tmp_path):
     (tmp_path / "sweep.json").write_text(json.dumps(sweep))
     assert regret.regrets(regret.load_sweeps(tmp_path), regret.heuristics.H200, graph=False)[0][0] == 2.0
     assert regret.regrets(problems, regret.heuristics.H200, graph=True) == []
-    # --ranked: the default path's first plan (128x256 in 2x1 clusters here), where timed.
+    # --ranked: the default path's first plan as launched (128x256 in 2x1 clusters here),
+    # where timed.
     ranked = regret.regrets(regret.load_sweeps(tmp_path), regret.heuristics.H200, graph=False, ranked=True)
     assert ranked[0][0] == 2.0 and ranked[0][3] == regret.Plan(False, 128, 256, 2, 1, 1)
     del plans["128x256 c2x1"]
