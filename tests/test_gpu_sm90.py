@@ -67,6 +67,15 @@ def run(a, b, **kwargs):
     return wsgemm.gemm(a, b, **kwargs)
 
 
+def default_path_on_weight(m, n, k):
+    """Run the default path on random (m, k) tokens against an (n, k) weight passed as
+    ``w.t()``, check the result, and return the plan it ran."""
+    a, w = rand(m, k), rand(n, k)
+    plan = wsgemm.api.make_plan(a, w.t(), None, None, None)
+    check(run(a, w.t()), a, w.t())
+    return plan
+
+
 def check_graph_replays(calls, inputs, outputs, verify, rounds=3):
     """Capture ``calls()`` in a CUDA graph (after one eager run, so compiling and
     loading happen outside the capture), then replay it ``rounds`` times, each on
@@ -396,10 +405,8 @@ def test_the_default_path_runs_one_wave_long_k_loops_one_tile_per_warpgroup():
 def test_the_default_path_runs_three_token_tiles_beside_256_row_weight_tiles():
     # M = 300: three token tiles of 112 (the last 76); 43 weight tiles of 256 rows (the
     # last 248) in pairs, the last pair's second CTA all padding.
-    a, w = rand(300, 4096), rand(11000, 4096)
-    plan = wsgemm.api.make_plan(a, w.t(), None, None, None)
+    plan = default_path_on_weight(300, 11000, 4096)
     assert plan.mode == "swap" and (plan.spec.config.tile_m, plan.spec.config.tile_n) == (256, 112), plan
-    check(run(a, w.t()), a, w.t())
 
 
 @pytest.mark.parametrize("m, n, k, width", [(150, 10000, 4104, 80), (210, 11000, 10184, 112)])
@@ -408,11 +415,9 @@ def test_the_default_path_runs_two_token_tiles_beside_192_row_weight_tiles(m, n,
     # last 16), each in a 1x2 cluster multicasting it to both token tiles; K ragged.
     # M = 210: two of 112 (the second 98) beside 58 weight tiles (the last 56 rows), a
     # 160-k-block loop whose last k-block holds 8 columns.
-    a, w = rand(m, k), rand(n, k)
-    plan = wsgemm.api.make_plan(a, w.t(), None, None, None)
+    plan = default_path_on_weight(m, n, k)
     config = plan.spec.config
     assert plan.mode == "swap" and (config.tile_m, config.tile_n, config.cluster_n) == (192, width, 2), plan
-    check(run(a, w.t()), a, w.t())
 
 
 @pytest.mark.parametrize("m, n, k, width", [(230, 9000, 4104, 144), (150, 5000, 8200, 80)])
@@ -420,12 +425,10 @@ def test_the_default_path_runs_two_rows_of_128_row_tiles_filling_one_wave(m, n, 
     # M = 230: two rows of 128-row tiles (the second 102 rows) in 2x1 clusters; 63
     # columns of 144 (the last 72 wide) on a 9000-row weight, 126 CTAs; K ragged.
     # M = 150: the second row 22 rows; 63 columns of 80 (the last 40) on 5000 rows.
-    a, w = rand(m, k), rand(n, k)
-    plan = wsgemm.api.make_plan(a, w.t(), None, None, None)
+    plan = default_path_on_weight(m, n, k)
     config = plan.spec.config
     assert plan.mode != "swap" and (config.tile_m, config.tile_n, config.cluster_m, config.split_k) == (
         128, width, 2, 1), plan
-    check(run(a, w.t()), a, w.t())
 
 
 @pytest.mark.parametrize("m, n, tile, split", [(170, 5000, (128, 176, 1), 3), (150, 6000, (192, 80, 2), 2)])
@@ -434,31 +437,25 @@ def test_the_default_path_runs_token_tiles_split_to_fill_one_wave(m, n, tile, sp
     # each k-loop of 219 k-blocks (the last 48 columns deep) split three ways: 120 CTAs.
     # 150 tokens in two of 80 (the second 70) beside 32 weight tiles of 192 rows (the
     # last 48), each pair in a 1x2 cluster, split two ways: 128 CTAs.
-    a, w = rand(m, 14000), rand(n, 14000)
-    plan = wsgemm.api.make_plan(a, w.t(), None, None, None)
+    plan = default_path_on_weight(m, n, 14000)
     config = plan.spec.config
     assert plan.mode == "swap" and (config.tile_m, config.tile_n, config.cluster_n, config.split_k) == (
         *tile, split), plan
-    check(run(a, w.t()), a, w.t())
 
 
 def test_the_default_path_runs_two_rows_of_192_row_tiles_in_pairs():
     # M = 300: two 192-row tiles, the second 108 rows; 64 columns of 96 (one wave of pairs).
-    a, w = rand(300, 4100), rand(6144, 4100)
-    plan = wsgemm.api.make_plan(a, w.t(), None, None, None)
+    plan = default_path_on_weight(300, 6144, 4100)
     config = plan.spec.config
     assert plan.mode != "swap" and (config.tile_m, config.tile_n, config.cluster_m) == (192, 96, 2), plan
-    check(run(a, w.t()), a, w.t())
 
 
 def test_the_default_path_runs_one_wave_of_64x128_pairs_on_a_7_stage_ring():
     # 16 x 8 tiles of 64x128 (the last row 40 rows, the last column 104 wide, the last
     # k-block 8 deep) in 2x1 clusters, one wave; 7 stages and four epilogue buffers
     # (NOTES section 45).
-    a, w = rand(1000, 2056), rand(1000, 2056)
-    config = wsgemm.api.make_plan(a, w.t(), None, None, None).spec.config
+    config = default_path_on_weight(1000, 1000, 2056).spec.config
     assert (config.tile_m, config.tile_n, config.cluster_m, config.stages, config.epi_stages) == (64, 128, 2, 7, 4)
-    check(run(a, w.t()), a, w.t())
 
 
 @pytest.mark.parametrize("m, n, cluster", [(620, 1496, (2, 4)), (700, 1200, (4, 2))])
@@ -466,31 +463,25 @@ def test_the_default_path_runs_one_wave_of_64x128_tiles_in_clusters_of_eight(m, 
     # 10 x 12 tiles in 2x4 clusters (the last row 44 rows, the last column 88 wide) and
     # 11 x 10 in 4x2 (padded to 12 x 10; the last column 48 wide), the last k-block 8
     # deep: each A box multicast to 4 CTAs and each B box to 2, or the other way round.
-    a, w = rand(m, 2056), rand(n, 2056)
-    config = wsgemm.api.make_plan(a, w.t(), None, None, None).spec.config
+    config = default_path_on_weight(m, n, 2056).spec.config
     assert (config.tile_m, config.tile_n, config.cluster_m, config.cluster_n) == (64, 128, *cluster), config
-    check(run(a, w.t()), a, w.t())
 
 
 def test_the_default_path_runs_one_wave_of_swapped_256_row_tiles_in_clusters_of_four():
     # 131 tokens in one token tile of 144; 112 weight tiles of 256 rows (the last 184)
     # in 28 clusters of 4 that multicast the token tile; the last k-block 8 deep
     # (NOTES section 46).
-    a, w = rand(131, 4104), rand(28600, 4104)
-    plan = wsgemm.api.make_plan(a, w.t(), None, None, None)
+    plan = default_path_on_weight(131, 28600, 4104)
     config = plan.spec.config
     assert plan.mode == "swap" and (config.tile_m, config.tile_n, config.cluster_m) == (256, 144, 4), plan
-    check(run(a, w.t()), a, w.t())
 
 
 @pytest.mark.parametrize("m, n, k, width", [(40, 10000, 4104, 80), (56, 6000, 8200, 48), (48, 3000, 2056, 32)])
 def test_the_default_path_runs_one_tile_row_in_columns_that_fill_a_wave(m, n, k, width):
     # One 64-row tile row, its last columns and k-block ragged: 125, 125 and 94 CTAs.
-    a, w = rand(m, k), rand(n, k)
-    plan = wsgemm.api.make_plan(a, w.t(), None, None, None)
+    plan = default_path_on_weight(m, n, k)
     config = plan.spec.config
     assert plan.mode == "direct" and (config.tile_m, config.tile_n, config.split_k) == (64, width, 1), plan
-    check(run(a, w.t()), a, w.t())
 
 
 def test_results_are_deterministic():
