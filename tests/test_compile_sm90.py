@@ -11,6 +11,7 @@ import pytest
 from wsgemm import GemmConfig, Lookahead
 from wsgemm import config as cfg
 from wsgemm.compile import compile_spec
+from wsgemm.kernels.common import split_k
 from wsgemm.inspection import (announced_bytes_operands, count_instructions, cubin_resources, disassemble,
                                producer_loop_ptx, producer_probe_precedes_copies, ptx_destination, sass_instructions,
                                sass_loop_around, sass_mnemonic, sass_opcode, tma_coordinates, uniform_moves_between)
@@ -228,6 +229,23 @@ def test_split_k_kernels_publish_partials_with_release_and_wait_with_acquire(con
     # Fragment-order partial sums: one fp32 store per accumulator register.
     acc_per_thread = config.tile_m * config.tile_n // (cfg.consumer_warpgroups(config) * 128)
     assert ptx.count("st.global.b32") + 4 * ptx.count("st.global.v4") >= acc_per_thread
+
+
+@pytest.mark.parametrize("config, slots_loaded_first",
+                         [(GemmConfig(tile_m=64, tile_n=16, swap_ab=True, split_k=6), 5),
+                          (GemmConfig(tile_m=64, tile_n=64, split_k=6), 2),
+                          (GemmConfig(tile_m=128, tile_n=256, split_k=3), 1)], ids=lambda v: str(v))
+def test_finisher_loads_several_slots_before_adding(config, slots_loaded_first):
+    """Each slot a finisher reads is an L2 round trip: a decode tile's whole fix-up
+    (5 slots of 8 values a thread) is loaded before the first add, a 64x64 tile's two
+    slots a round, a 128x256 tile's (128 values a thread) one."""
+    _, compiled = build(config=config)
+    ptx = compiled.ptx
+    after_wait = ptx[ptx.rindex("ld.acquire.gpu.global"):]
+    before_first_add = after_wait[:after_wait.index("add.f32")]
+    frag = config.tile_m * config.tile_n // (cfg.consumer_warpgroups(config) * 128)
+    assert split_k.slots_in_flight(frag) >= slots_loaded_first
+    assert before_first_add.count("ld.global.b32") == slots_loaded_first * frag
 
 
 def test_plain_kernels_have_no_split_k_fixup():

@@ -57,6 +57,34 @@ def test_split_k_other_output_dtypes(out_dtype):
     check(d, a, b, out_dtype)
 
 
+@pytest.mark.parametrize(
+    "config, m, n, k",
+    [(GemmConfig(tile_m=64, tile_n=16, swap_ab=True, split_k=6), 9, 1024, 8192),  # 5 slots, one round
+     (GemmConfig(tile_m=64, tile_n=64, split_k=6), 64, 1024, 8192),  # 5 slots in rounds of 2, 2, 1
+     (GemmConfig(tile_m=64, tile_n=32, swap_ab=True, split_k=8), 20, 2048, 4096)],  # 7 slots in rounds of 4, 3
+    ids=lambda v: v.short() if isinstance(v, GemmConfig) else str(v),
+)
+def test_finisher_adds_each_slot_once_in_rounds(config, m, n, k):
+    """A finisher loads several slots a round (``split_k.slots_in_flight``); the last
+    round reloads the last slot past the end, which must not be added twice."""
+    w, a = rand(n, k), rand(m, k)
+    check(run(a, w.t(), config=config), a, w.t())
+    assert flags_are_zero()
+
+
+@pytest.mark.parametrize("config", [GemmConfig(tile_m=64, tile_n=16, swap_ab=True, split_k=6),
+                                    GemmConfig(tile_m=64, tile_n=64, split_k=6)], ids=lambda c: c.short())
+def test_infinite_partial_sums_stay_infinite(config):
+    """A row whose products overflow fp32 is +inf in every split's partial sum; the
+    finisher's skipped reload must not turn it into NaN (0 * inf)."""
+    a, w = rand(16, 8192).abs(), rand(1024, 8192).abs()
+    a[3] = 3e38  # bf16 holds it; its products with |w| overflow fp32
+    d = run(a, w.t(), config=config)
+    assert torch.isinf(d[3]).all() and (d[3] > 0).all(), "an overflowing row is not +inf"
+    rest = torch.cat([a[:3], a[4:]])
+    check(torch.cat([d[:3], d[4:]]), rest, w.t())
+
+
 def test_split_k_batched_and_weight_layout():
     a = rand(3, 200, 3000)
     w = rand(500, 3000)  # nn.Linear weight, read K-major through w.t()

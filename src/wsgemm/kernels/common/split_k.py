@@ -167,13 +167,42 @@ def wait_for_contributors(flags: cute.Tensor, flag, waits, ctas: cutlass.Constex
     barrier.arrive_and_wait()
 
 
+# Fix-up registers a finisher may hold in flight: ``slots_in_flight`` slots of its
+# fragment are loaded before any of them is added.
+FIXUP_REGISTERS_IN_FLIGHT = 64
+MAX_SLOTS_IN_FLIGHT = 8
+
+
+def slots_in_flight(frag: int) -> int:
+    """Slots the finisher loads before it adds: each slot is a round trip to the L2
+    (the contributors wrote it from other SMs), so slots loaded one after another
+    cost one round trip each; loaded together they cost one. A decode tile's fragment
+    is small (8 values a thread for 64x16), so several fit in the registers; a
+    128x256 tile's (128 a thread) leaves room for one."""
+    return max(1, min(MAX_SLOTS_IN_FLIGHT, FIXUP_REGISTERS_IN_FLIGHT // frag))
+
+
+def fixup_rounds(splits: int, frag: int) -> int:
+    """Rounds of L2 round trips a finisher of ``splits`` splits spends adding the
+    others' slots (``frag`` accumulator values a thread)."""
+    return -(-(splits - 1) // slots_in_flight(frag))
+
+
 @cute.jit
 def add_partials(acc: cute.Tensor, partials: cute.Tensor, first_slot, waits, ctas: cutlass.Constexpr, cta_rank,
                  tidx: Int32, threads: cutlass.Constexpr):
     """A finisher's second half: add the contributors' slots (``first_slot`` on, in
-    order) to ``acc``."""
+    order) to ``acc``, ``slots_in_flight`` slots a round: all their loads first, then
+    the adds. A round past the last slot reloads the last one and does not add it
+    (a select, not a multiply by zero, so an infinite partial sum stays exact)."""
     frag = cute.size(acc)
-    for s in cutlass.range(waits, unroll=1):
-        src = _slot(partials, first_slot + s, ctas, cta_rank, threads, frag)
-        for v in cutlass.range(frag, unroll_full=True):
-            acc[v] = acc[v] + src[(tidx, v)]
+    group = slots_in_flight(frag)
+    loaded = cute.make_rmem_tensor(cute.make_layout((frag, group)), cutlass.Float32)
+    for first in cutlass.range(0, waits, group, unroll=1):
+        for g in cutlass.range_constexpr(group):
+            src = _slot(partials, first_slot + cutlass.min(first + g, waits - 1), ctas, cta_rank, threads, frag)
+            for v in cutlass.range(frag, unroll_full=True):
+                loaded[v, g] = src[(tidx, v)]
+        for g in cutlass.range_constexpr(group):
+            for v in cutlass.range(frag, unroll_full=True):
+                acc[v] = acc[v] + cutlass.select_(first + g < waits, loaded[v, g], cutlass.Float32(0))
