@@ -70,9 +70,13 @@ class ThroughputModel:
     # splits. Side by side, the 42 off-table shapes whose plan it changed ran 1.09x
     # faster in single calls, 1.22x in graph replays (results/model_split_fixup_ab).
     split_fixup_s: float = 3e-6
-    # ... for two splits; each split past two costs this much more. The last split adds
-    # the others' slots one after another (``kernels/common/split_k.add_partials``), so
-    # every further slot is another dependent round trip to L2 before the epilogue.
+    # ... for two splits; each split past two costs this much more. Fitted when the last
+    # split added the others' slots one after another, each a dependent round trip to
+    # L2 before the epilogue. Since ``split_k.add_partials`` loads several slots a round
+    # (a decode tile's fix-up is one round), a model charging rounds instead of splits
+    # picked more splits and ran 0.985x as fast in graph replays (NOTES section 52):
+    # a split costs more than its slot's round trip (the wait for the slowest of more
+    # contributors, more and shorter work items).
     # Fitted to the committed sweeps (benchmarks/model_regret.py: the model's pick among
     # the timed plans of 462 swept problems, 1.027x -> 1.024x the fastest in single calls,
     # 1.024x -> 1.019x in graph replays) and A/B'd on an H200 (NOTES section 51,
@@ -397,8 +401,8 @@ def estimate_seconds(m: int, n: int, k: int, batches: int, sm_count: int, tile_m
     if tail:
         split_blocks = ceil_div(k_blocks, split_k)
         busiest_sm += ceil_div(tail * split_k, slots) * tile_seconds(split_blocks)
-        # The last split stores nothing until it has read the others' fp32 tiles, one
-        # after another; the others' stores run alongside.
+        # The last split stores nothing until it has read the others' fp32 tiles; the
+        # others' stores run alongside.
         busiest_sm += (split_k * tile_m * tile_n * 4 / model.sm_l2_bytes_per_s + model.split_fixup_s
                        + (split_k - 2) * model.split_fixup_per_extra_split_s)
     elif units % slots:

@@ -182,12 +182,6 @@ def slots_in_flight(frag: int) -> int:
     return max(1, min(MAX_SLOTS_IN_FLIGHT, FIXUP_REGISTERS_IN_FLIGHT // frag))
 
 
-def fixup_rounds(splits: int, frag: int) -> int:
-    """Rounds of L2 round trips a finisher of ``splits`` splits spends adding the
-    others' slots (``frag`` accumulator values a thread)."""
-    return -(-(splits - 1) // slots_in_flight(frag))
-
-
 @cute.jit
 def add_partials(acc: cute.Tensor, partials: cute.Tensor, first_slot, waits, ctas: cutlass.Constexpr, cta_rank,
                  tidx: Int32, threads: cutlass.Constexpr):
