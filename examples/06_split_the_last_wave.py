@@ -9,7 +9,7 @@ problem into whole waves. The schedules printed are the ones the kernel runs:
 ``TileGrid.cta_work`` and ``TileGrid.cta_pieces`` walk the same ``split_k`` /
 ``stream_k`` arithmetic the producer and consumer warps execute on the GPU; the
 times are the throughput model of wsgemm/heuristics.py, and the measured numbers
-come from benchmarks/NOTES.md sections 10, 16, 17 and 50.
+come from benchmarks/NOTES.md sections 10, 16, 17, 50 and 52.
 
 Needs: any machine (pure Python, no GPU).
 Run:   python examples/06_split_the_last_wave.py
@@ -61,7 +61,15 @@ print(f"Without a split the last {tail} tiles keep {tail} SMs busy for a whole t
 print(f"{SMS - tail} idle. Split 4 ways, those tiles become {4 * tail} quarter-tiles spread over {4 * tail} SMs:")
 print("the run takes ~1.25 tile-times instead of 2, plus what the fix-up costs (the")
 print("last split of a tile waits for the others' fp32 partial sums, then adds them).")
-print("Measured on an H200 (NOTES section 10): 0.80x -> 0.89x of cuBLAS for this shape.\n")
+print("Measured on an H200 (NOTES section 10): 0.80x -> 0.89x of cuBLAS for this shape.")
+# Each partial sum the last split reads is an L2 round trip (another SM wrote it), so it
+# loads several before adding any (split_k.slots_in_flight): for a decode tile, all of them.
+probe = json.loads(gzip.decompress((Path(__file__).resolve().parents[1] / "benchmarks" / "results"
+                                    / "split_fixup_rounds.json.gz").read_bytes()))["probe_direct"]["shapes"][0]
+single = probe["us"]
+print(f"The adds: {'x'.join(map(str, probe['shape']))} in 64x16 tiles split 8 ways took "
+      f"{single['base 64x16 c1x1 split8'][0]:.1f} us a call loading the 7 partial sums one after another,")
+print(f"{single['64x16 c1x1 split8'][0]:.1f} us loading them all before the first add (NOTES section 52).\n")
 
 # Stream-K: the tail's k-blocks in one run per SM, cut at tile boundaries into pieces.
 grid = TileGrid(tiles_m, tiles_n, 1, stream_k=True)
