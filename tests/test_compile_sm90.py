@@ -234,7 +234,8 @@ def test_split_k_kernels_publish_partials_with_release_and_wait_with_acquire(con
 @pytest.mark.parametrize("config, slots_loaded_first",
                          [(GemmConfig(tile_m=64, tile_n=16, swap_ab=True, split_k=6), 5),
                           (GemmConfig(tile_m=64, tile_n=64, split_k=6), 2),
-                          (GemmConfig(tile_m=128, tile_n=256, split_k=3), 1)], ids=lambda v: str(v))
+                          (GemmConfig(tile_m=128, tile_n=256, split_k=3), 1)],
+                         ids=lambda v: v.short() if isinstance(v, GemmConfig) else str(v))
 def test_finisher_loads_several_slots_before_adding(config, slots_loaded_first):
     """Each slot a finisher reads is an L2 round trip: a decode tile's whole fix-up
     (5 slots of 8 values a thread) is loaded before the first add, a 64x64 tile's two

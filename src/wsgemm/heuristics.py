@@ -75,8 +75,7 @@ class ThroughputModel:
     # L2 before the epilogue. Since ``split_k.add_partials`` loads several slots a round
     # (a decode tile's fix-up is one round), a model charging rounds instead of splits
     # picked more splits and ran 0.985x as fast in graph replays (NOTES section 52):
-    # a split costs more than its slot's round trip (the wait for the slowest of more
-    # contributors, more and shorter work items).
+    # a split costs more than its slot's round trip, for reasons not yet measured.
     # Fitted to the committed sweeps (benchmarks/model_regret.py: the model's pick among
     # the timed plans of 462 swept problems, 1.027x -> 1.024x the fastest in single calls,
     # 1.024x -> 1.019x in graph replays) and A/B'd on an H200 (NOTES section 51,
