@@ -22,7 +22,8 @@ median over runs of:
   together (NOTES sections 45-46);
 * with split-K (``:splitS``; one-wave cases, where each CTA runs one work item):
   ``fixup_wait_us`` (a finisher's last wgmma to its contributors' arrival),
-  ``fixup_add_us`` (adding their partial sums) and ``publish_us`` (a contributor's
+  ``fixup_add_us`` (adding their partial sums, stamped once the last sum is in a
+  register) and ``publish_us`` (a contributor's
   last wgmma to its exit: storing its partial sums and counting itself in).
 
     python benchmarks/kernel_timeline.py            # the cases of NOTES section 14
@@ -77,7 +78,7 @@ class TracingSm90Gemm(Sm90Gemm):
     """The SM90 kernel with ``trace_point`` storing ``%globaltimer``'s low word."""
 
     @cute.jit
-    def trace_point(self, point: cutlass.Constexpr, scratch: cute.Tensor, k_blocks_so_far=0):
+    def trace_point(self, point: cutlass.Constexpr, scratch: cute.Tensor, k_blocks_so_far=0, after=None):
         cta_m, cta_n, cluster_id = cute.arch.block_idx()
         grid_m, grid_n, grid_clusters = cute.arch.grid_dim()
         cm, cn = self.config.cluster_m, self.config.cluster_n
@@ -99,6 +100,12 @@ class TracingSm90Gemm(Sm90Gemm):
                     scratch[base + int(point)] = cute.arch.globaltimer_lo()
                 else:  # first tile only
                     if scratch[base + int(point)] == 0:
+                        if cutlass.const_expr(after is not None):
+                            # The store waits for the value; the fence keeps the timer
+                            # read behind it (word 2 is otherwise unused: k-block stamps
+                            # start at FIRST_K_BLOCK_WORD).
+                            scratch[base + int(TracePoint.K_BLOCK_READY)] = Int32(after)
+                            cute.arch.fence_acq_rel_cta()
                         scratch[base + int(point)] = cute.arch.globaltimer_lo()
 
 

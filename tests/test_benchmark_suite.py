@@ -6,6 +6,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import math
+import re
 import sys
 from pathlib import Path
 
@@ -520,6 +521,26 @@ def test_trace_points_emit_code_only_in_the_tracing_build(timeline, tmp_path):
     timeline.compile_traced(spec, dump_dir=str(tmp_path))
     (ptx,) = [p.read_text() for p in tmp_path.rglob("*.ptx")]
     assert ptx.count("%globaltimer_lo") >= 6  # entry, barriers, k-block, mainloop, tile stored, exit
+
+
+def test_the_traced_fix_up_stamp_waits_for_the_sums(timeline, tmp_path):
+    """A warp waits for a load only where its value is used: the stamp after the
+    finisher's adds first stores the last partial sum (which waits for every load
+    before it) and fences, so the timer is read after the sums arrived. The shipped
+    split-K kernel's PTX has none of it."""
+    from wsgemm import GemmConfig
+    from wsgemm import config as cfg
+    from wsgemm.compile import compile_spec
+
+    spec = cfg.make_spec("sm90", "bf16", "bf16", "k", "k", "n", GemmConfig(tile_m=64, tile_n=16, split_k=8))
+    assert "globaltimer" not in compile_spec(spec, keep_artifacts=True).ptx
+    timeline.compile_traced(spec, dump_dir=str(tmp_path))
+    (ptx,) = [p.read_text() for p in tmp_path.rglob("*.ptx")]
+    fix_up = ptx[ptx.rindex("ld.acquire.gpu.global"):]
+    last_add = fix_up.rindex("add.f32", 0, fix_up.index("fence.acq_rel.cta"))
+    stamp = fix_up[last_add:]
+    assert re.search(r"cvt\.rzi\.s32\.f32[^;]*;\s*st\.global\.b32[^;]*;\s*fence\.acq_rel\.cta;\s*"
+                     r"mov\.u32\s+%r\d+, %globaltimer_lo;", stamp), "the stamp does not wait for the last sum"
 
 
 def test_host_overhead_loops_take_turns(monkeypatch):

@@ -588,7 +588,7 @@ class Sm90Gemm(GemmKernelBase):
                     self.trace_point(TracePoint.CONTRIBUTORS_ARRIVED, flags, read)
                     split_k.add_partials(acc, partials, first_slot, waits, cm * cn, cta_rank, consumer_tidx,
                                          self.consumer_threads)
-                    self.trace_point(TracePoint.PARTIALS_ADDED, flags, read)
+                    self.trace_point(TracePoint.PARTIALS_ADDED, flags, read, after=acc[cute.size(acc) - 1])
                 if not finishes_tile:
                     split_k.publish_partial(acc, partials, flags, publish_slot, flag, cm * cn, cta_rank,
                                             consumer_tidx, self.consumer_threads, epi_barrier)
@@ -626,7 +626,7 @@ class Sm90Gemm(GemmKernelBase):
 
     # -- trace points ---------------------------------------------------------------------
 
-    def trace_point(self, point: "TracePoint", scratch: cute.Tensor, k_blocks_so_far=0):
+    def trace_point(self, point: "TracePoint", scratch: cute.Tensor, k_blocks_so_far=0, after=None):
         """A named moment of a CTA's timeline; emits no code here.
 
         ``benchmarks/kernel_timeline.py`` builds a subclass that records
@@ -634,5 +634,8 @@ class Sm90Gemm(GemmKernelBase):
         which a ``split_k = 1`` kernel never touches), to measure where a CTA's time
         goes: launch to first data, the steady k-block rate, the epilogue.
         ``k_blocks_so_far`` is the consumer's running k-block count (0 before the
-        consumers start).
+        consumers start). ``after``: a register the moment waits for. A warp issues in
+        order but waits for a load only where its value is used, so a stamp after the
+        fix-up's adds would otherwise be taken before their loads return; the last
+        partial sum depends on every load before it.
         """
