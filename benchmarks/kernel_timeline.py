@@ -3,8 +3,9 @@
 ``wsgemm.kernels.sm90.Sm90Gemm`` marks named moments of each CTA's life with
 ``trace_point`` calls that emit no code. This script builds a subclass whose trace
 points store ``%globaltimer`` (nanoseconds, shared by all SMs) into a scratch array,
-runs it on real operands (L2 flushed before every run) and reports, per case, the
-median over runs of:
+runs it on real operands (L2 flushed before every run: ``--flush``, by default the
+suite's read; a 256 MB write until section 52) and reports, per case, the median over
+runs of:
 
 * ``first_k_block_us``: launch (the first CTA's first instruction) to a CTA's first
   k-block landing in shared memory (median over CTAs): descriptor fetch, barrier
@@ -43,7 +44,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_gemm import environment, gpu_state  # noqa: E402
+from bench_gemm import add_flush_option, environment, gpu_state  # noqa: E402
 from result_files import regenerate_command  # noqa: E402
 
 import cutlass  # noqa: E402
@@ -51,6 +52,7 @@ import cutlass.cute as cute  # noqa: E402
 from cutlass import Int32  # noqa: E402
 from cutlass.cute.runtime import make_fake_compact_tensor  # noqa: E402
 
+import wsgemm.timing  # noqa: E402
 from wsgemm import GemmConfig, api, hardware  # noqa: E402
 from wsgemm import compile as compile_mod  # noqa: E402
 from wsgemm import config as cfg  # noqa: E402
@@ -134,18 +136,27 @@ def parse_case(text: str) -> tuple[tuple[int, int, int], GemmConfig]:
                                  stages=None if stages == "auto" else int(stages), split_k=split_k)
 
 
-def cupti_kernel_us(fn, runs: int, flush: torch.Tensor) -> float:
-    """Median duration of the longest kernel each call launches, as CUPTI records it."""
+def _cuda_kernel_events(fn) -> list:
     from torch.profiler import ProfilerActivity, profile
 
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        for _ in range(runs):
-            flush.zero_()
-            fn()
+        fn()
         torch.cuda.synchronize()
-    durations = [e.time_range.end - e.time_range.start for e in prof.events()
-                 if e.device_type == torch.autograd.DeviceType.CUDA and "zero" not in e.name.lower()
-                 and "fill" not in e.name.lower() and "memset" not in e.name.lower()]
+    return [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+
+
+def cupti_kernel_us(fn, runs: int, flush: wsgemm.timing.L2Flush) -> float:
+    """Median duration of the longest kernel each call launches, as CUPTI records it
+    (the flush's own kernels, found by profiling one flush alone, left out)."""
+    flush_kernels = {e.name for e in _cuda_kernel_events(flush)}
+
+    def calls():
+        for _ in range(runs):
+            flush()
+            fn()
+
+    durations = [e.time_range.end - e.time_range.start for e in _cuda_kernel_events(calls)
+                 if e.name not in flush_kernels and "memset" not in e.name.lower()]
     return statistics.median(sorted(durations)[-runs:])
 
 
@@ -218,7 +229,7 @@ def cta_timeline(words: list[list[int]], k_blocks: int, tiles: list[tuple[int, i
     }
 
 
-def run_case(text: str, runs: int, flush: torch.Tensor) -> dict:
+def run_case(text: str, runs: int, flush: wsgemm.timing.L2Flush) -> dict:
     (m, n, k), config = parse_case(text)
     spec = cfg.make_spec("sm90", "bf16", "bf16", "k", "k", "n", config)  # A (M,K), B = W.t(), D (M,N)
     config = spec.config
@@ -244,7 +255,7 @@ def run_case(text: str, runs: int, flush: torch.Tensor) -> dict:
         raise SystemExit(f"{text}: traced kernel is wrong (relative error {rel_error:.2e})")
     per_run = []
     for _ in range(runs):
-        flush.zero_()
+        flush()
         scratch.zero_()
         traced()
         torch.cuda.synchronize()
@@ -267,7 +278,8 @@ COLUMNS = ("first_k_block_us", "k_block_interval_us", "mma_bound_us", "mainloop_
 def markdown(report: dict) -> str:
     env = report["environment"]
     lines = ["# Where a CTA's time goes (SM90 kernel, trace points on)\n",
-             f"{env['gpu']}, torch {env['torch']}; median of {report['runs']} runs, L2 flushed before each; "
+             f"{env['gpu']}, torch {env['torch']}; median of {report['runs']} runs, "
+             f"{report.get('flush', 'L2 flushed (256 MiB write)')} before each; "
              "B is an (N, K) weight passed as `w.t()`. Times in microseconds from the first CTA's first "
              "instruction (see `benchmarks/kernel_timeline.py`).\n",
              "| case | config | CTAs | " + " | ".join(COLUMNS) + " |", "|---" * (3 + len(COLUMNS)) + "|"]
@@ -284,8 +296,9 @@ def main(argv=None) -> int:
     p.add_argument("--runs", type=int, default=15)
     p.add_argument("--name", default="kernel_timeline")
     p.add_argument("--out", type=Path, default=Path(__file__).resolve().parent / "results")
+    add_flush_option(p)
     args = p.parse_args(argv)
-    flush = torch.empty(64 * 1024 * 1024, device="cuda", dtype=torch.float32)  # 256 MB > the 60 MB L2
+    flush = wsgemm.timing.L2Flush(mode=args.flush)
     cases = []
     for i, text in enumerate(args.case or DEFAULT_CASES, 1):
         print(f"[{i}/{len(args.case or DEFAULT_CASES)}] {text}: compiling the traced kernel, {args.runs} runs",
@@ -293,7 +306,7 @@ def main(argv=None) -> int:
         cases.append(run_case(text, args.runs, flush))
         print("  " + ", ".join(f"{c} {cases[-1].get(c, '-')}" for c in COLUMNS), flush=True)
     report = {"command": regenerate_command("kernel_timeline.py", sys.argv[1:] if argv is None else argv),
-              "environment": environment(), "runs": args.runs, "cases": cases}
+              "environment": environment(), "runs": args.runs, "flush": flush.describe(), "cases": cases}
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / f"{args.name}.json").write_text(json.dumps(report, indent=1) + "\n")
     (args.out / f"{args.name}.md").write_text(markdown(report))
