@@ -543,6 +543,15 @@ def test_the_traced_fix_up_stamp_waits_for_the_sums(timeline, tmp_path):
                      r"mov\.u32\s+%r\d+, %globaltimer_lo;", stamp), "the stamp does not wait for the last sum"
 
 
+def test_back_to_back_kernel_stats_take_medians_of_durations_and_gaps(monkeypatch):
+    """back_to_back_kernels.kernel_stats: spans in any order; a gap is the next
+    kernel's start minus this one's end."""
+    b2b = load_torch_script(monkeypatch, "back_to_back_kernels")
+    stats = b2b.kernel_stats([(20.0, 27.0), (0.0, 6.0), (6.5, 13.5), (14.0, 22.0)])
+    assert stats == {"kernels": 4, "median_us": 7.0, "median_gap_us": 0.5}
+    assert b2b.kernel_stats([(0.0, 3.0)])["median_gap_us"] == 0.0
+
+
 def test_host_overhead_loops_take_turns(monkeypatch):
     """bench_overhead.per_call_us: after a warm-up, the implementations alternate loop
     by loop (a host disturbance then hits all of them), one synchronize per loop."""

@@ -1,0 +1,109 @@
+"""How long each kernel of back-to-back calls takes, as CUPTI records it (H200).
+
+Calls of one fixed configuration are captured in a CUDA graph (``--calls`` a graph, no
+L2 flush between them) and replayed under the profiler; per implementation: the median
+kernel duration, the median gap between consecutive kernels, and the time per call
+from CUDA events around whole replays. With ``--base`` a ``benchmarks/baseline.py``
+export of another commit runs beside this tree's package, so a kernel change can be
+told apart from host time and launch gaps (NOTES section 52: the split-K fix-up's
+serial slots cost nothing in a kernel traced alone after a flush, 1.3 us back to back).
+
+    python benchmarks/baseline.py e009d98 /tmp/base
+    PYTHONPATH=/tmp/base python benchmarks/back_to_back_kernels.py --base \\
+        --shape 1024x16x8192 --tile 64x16 --splits 4,8 --name fixup_back_to_back
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_gemm import environment  # noqa: E402
+from result_files import regenerate_command  # noqa: E402
+
+import wsgemm  # noqa: E402
+
+
+def kernel_stats(spans: list[tuple[float, float]]) -> dict:
+    """Median duration and median gap (us) of kernels given as (start, end) pairs."""
+    spans = sorted(spans)
+    gaps = [later[0] - earlier[1] for earlier, later in zip(spans, spans[1:])]
+    return {"kernels": len(spans), "median_us": statistics.median(end - start for start, end in spans),
+            "median_gap_us": statistics.median(gaps) if gaps else 0.0}
+
+
+def back_to_back(package, a, b, config, calls: int, replays: int) -> dict:
+    from torch.profiler import ProfilerActivity, profile
+
+    d = package.gemm(a, b, config=config)
+    ref = a.float() @ b.float()
+    error = ((d.float() - ref).norm() / ref.norm()).item()
+    if not error < 1e-2:
+        raise SystemExit(f"{package.__name__} {config.short()}: wrong result (relative error {error:.2e})")
+    stream = torch.cuda.Stream()
+    with torch.cuda.stream(stream):
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, stream=stream):
+            for _ in range(calls):
+                package.gemm(a, b, out=d, config=config)
+    graph.replay()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(replays):
+            graph.replay()
+        torch.cuda.synchronize()
+    spans = [(e.time_range.start, e.time_range.end) for e in prof.events()
+             if e.device_type == torch.autograd.DeviceType.CUDA and "memset" not in e.name.lower()]
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(replays):
+        graph.replay()
+    end.record()
+    torch.cuda.synchronize()
+    return {**kernel_stats(spans), "per_call_us": start.elapsed_time(end) * 1e3 / (replays * calls)}
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--shape", required=True, help="MxNxK; B = W.t() of an (N, K) weight")
+    p.add_argument("--tile", required=True, help="TMxTN")
+    p.add_argument("--splits", default="1", help="split_k values, e.g. 4,8")
+    p.add_argument("--calls", type=int, default=20, help="calls captured in one graph")
+    p.add_argument("--replays", type=int, default=5)
+    p.add_argument("--base", action="store_true", help="also run benchmarks/baseline.py's export (wsgemm_base)")
+    p.add_argument("--name", default="back_to_back_kernels")
+    p.add_argument("--out", type=Path, default=Path(__file__).resolve().parent / "results")
+    args = p.parse_args(argv)
+    m, n, k = (int(v) for v in args.shape.split("x"))
+    tile_m, tile_n = (int(v) for v in args.tile.split("x"))
+    packages = {"wsgemm": wsgemm}
+    if args.base:
+        import wsgemm_base
+        packages["wsgemm-base"] = wsgemm_base
+    a = torch.randn(m, k, device="cuda").to(torch.bfloat16)
+    b = torch.randn(n, k, device="cuda").to(torch.bfloat16).t()
+    rows = []
+    for split in (int(s) for s in args.splits.split(",")):
+        for name, package in packages.items():
+            config = package.GemmConfig(tile_m=tile_m, tile_n=tile_n, split_k=split)
+            row = {"impl": name, "config": config.short(), **back_to_back(package, a, b, config, args.calls,
+                                                                          args.replays)}
+            rows.append(row)
+            print(f"{name:12s} {row['config']}: kernel {row['median_us']:.2f} us, gap {row['median_gap_us']:.2f}, "
+                  f"{row['per_call_us']:.2f} us a call", flush=True)
+    report = {"command": regenerate_command("back_to_back_kernels.py", sys.argv[1:] if argv is None else argv),
+              "environment": environment(), "shape": [m, n, k], "b": "W.t()", "calls": args.calls,
+              "replays": args.replays, "rows": rows}
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / f"{args.name}.json").write_text(json.dumps(report, indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
