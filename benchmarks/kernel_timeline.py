@@ -24,8 +24,8 @@ runs of:
 * with split-K (``:splitS``; one-wave cases, where each CTA runs one work item):
   ``fixup_wait_us`` (a finisher's last wgmma to its contributors' arrival),
   ``fixup_add_us`` (adding their partial sums, stamped once the last sum is in a
-  register) and ``publish_us`` (a contributor's
-  last wgmma to its exit: storing its partial sums and counting itself in).
+  register) and ``publish_us`` (a contributor's last wgmma to its exit: storing its
+  partial sums and counting itself in).
 
     python benchmarks/kernel_timeline.py            # the cases of NOTES section 14
     python benchmarks/kernel_timeline.py --case 512x4096x4096:128x128:2x1:6
