@@ -4,7 +4,8 @@
 ``trace_point`` calls that emit no code. This script builds a subclass whose trace
 points store ``%globaltimer`` (nanoseconds, shared by all SMs) into a scratch array,
 runs it on real operands (L2 flushed before every run: ``--flush``, by default the
-suite's read; a 256 MB write until section 52) and reports, per case, the median over
+suite's read; a 256 MB write until section 52; or with ``--back-to-back N`` the last of
+N calls captured back to back in a CUDA graph) and reports, per case, the median over
 runs of:
 
 * ``first_k_block_us``: launch (the first CTA's first instruction) to a CTA's first
@@ -145,19 +146,37 @@ def _cuda_kernel_events(fn) -> list:
     return [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
 
 
-def cupti_kernel_us(fn, runs: int, flush: wsgemm.timing.L2Flush) -> float:
-    """Median duration of the longest kernel each call launches, as CUPTI records it
-    (the flush's own kernels, found by profiling one flush alone, left out)."""
-    flush_kernels = {e.name for e in _cuda_kernel_events(flush)}
+def cupti_kernel_us(fn, calls: int, others=()) -> float:
+    """Median duration of the longest kernel of each of the ``calls`` calls ``fn``
+    makes, as CUPTI records it; the kernels ``others`` launch (a flush, a scratch
+    reset), found by profiling each alone, are left out."""
+    skip = {e.name for other in others for e in _cuda_kernel_events(other)}
+    durations = [e.time_range.end - e.time_range.start for e in _cuda_kernel_events(fn)
+                 if e.name not in skip and "memset" not in e.name.lower()]
+    return statistics.median(sorted(durations)[-calls:])
 
+
+def after_each(before, call, runs: int):
+    """``runs`` times: ``before``, then ``call``."""
     def calls():
         for _ in range(runs):
-            flush()
-            fn()
+            before()
+            call()
+    return calls
 
-    durations = [e.time_range.end - e.time_range.start for e in _cuda_kernel_events(calls)
-                 if e.name not in flush_kernels and "memset" not in e.name.lower()]
-    return statistics.median(sorted(durations)[-runs:])
+
+def back_to_back_graph(reset, call, calls: int) -> torch.cuda.CUDAGraph:
+    """``calls`` (reset, call) pairs captured in one CUDA graph: the calls run back to
+    back, with no flush between them and their operands left in L2."""
+    stream = torch.cuda.Stream()
+    with torch.cuda.stream(stream):
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, stream=stream):
+            for _ in range(calls):
+                reset()
+                call()
+    torch.cuda.synchronize()
+    return graph
 
 
 def cta_tiles(grid: TileGrid, clusters: int) -> list[tuple[int, int] | None]:
@@ -229,7 +248,9 @@ def cta_timeline(words: list[list[int]], k_blocks: int, tiles: list[tuple[int, i
     }
 
 
-def run_case(text: str, runs: int, flush: wsgemm.timing.L2Flush) -> dict:
+def run_case(text: str, runs: int, flush: wsgemm.timing.L2Flush, back_to_back: int = 0) -> dict:
+    """One case's summary; with ``back_to_back`` calls in a CUDA graph and the stamps
+    of the last, instead of one call after a flush."""
     (m, n, k), config = parse_case(text)
     spec = cfg.make_spec("sm90", "bf16", "bf16", "k", "k", "n", config)  # A (M,K), B = W.t(), D (M,N)
     config = spec.config
@@ -253,19 +274,29 @@ def run_case(text: str, runs: int, flush: wsgemm.timing.L2Flush) -> dict:
     rel_error = ((d.float() - ref).norm() / ref.norm()).item()
     if not rel_error < 1e-2:
         raise SystemExit(f"{text}: traced kernel is wrong (relative error {rel_error:.2e})")
+    reset = scratch.zero_
+    if back_to_back:
+        graph = back_to_back_graph(reset, traced, back_to_back)
+        run, matmul_graph = graph.replay, back_to_back_graph(lambda: None, lambda: torch.matmul(a, b), back_to_back)
+    else:
+        run = after_each(flush, lambda: (reset(), traced()), 1)
     per_run = []
     for _ in range(runs):
-        flush()
-        scratch.zero_()
-        traced()
+        run()
         torch.cuda.synchronize()
         per_run.append(cta_timeline(scratch[flags:].view(ctas, WORDS_PER_CTA).tolist(), k_blocks, tiles))
     summary = {key: round(statistics.median(r[key] for r in per_run), 3) for key in per_run[0]}
     clock_mhz = float(gpu_state().get("clocks.sm", "nan"))
     flop_per_k_block = 2 * config.tile_m * config.tile_n * config.tile_k
     summary["mma_bound_us"] = round(flop_per_k_block / SM90_BF16_FLOP_PER_CLOCK / clock_mhz, 3)
-    summary["kernel_us"] = round(cupti_kernel_us(traced, runs, flush), 2)
-    summary["torch_matmul_kernel_us"] = round(cupti_kernel_us(lambda: torch.matmul(a, b), runs, flush), 2)
+    if back_to_back:
+        replays = lambda graph: after_each(lambda: None, graph.replay, runs)  # noqa: E731
+        summary["kernel_us"] = round(cupti_kernel_us(replays(graph), runs * back_to_back, (reset,)), 2)
+        summary["torch_matmul_kernel_us"] = round(cupti_kernel_us(replays(matmul_graph), runs * back_to_back), 2)
+    else:
+        summary["kernel_us"] = round(cupti_kernel_us(after_each(flush, traced, runs), runs, (flush,)), 2)
+        summary["torch_matmul_kernel_us"] = round(
+            cupti_kernel_us(after_each(flush, lambda: torch.matmul(a, b), runs), runs, (flush,)), 2)
     return {"case": text, "config": config.short(), "ctas": ctas, "k_blocks": k_blocks, "clock_mhz": clock_mhz,
             "rel_error": rel_error, **summary}
 
@@ -275,11 +306,19 @@ COLUMNS = ("first_k_block_us", "k_block_interval_us", "mma_bound_us", "mainloop_
            "kernel_us", "torch_matmul_kernel_us")
 
 
+def protocol(report: dict) -> str:
+    """How each traced run was set up (reports before session 38 say nothing: a 256 MB
+    write flush; its first read-flush reports name only the flush)."""
+    if "protocol" in report:
+        return report["protocol"]
+    return f"{report.get('flush', 'L2 flushed (256 MiB write)')} before each"
+
+
 def markdown(report: dict) -> str:
     env = report["environment"]
     lines = ["# Where a CTA's time goes (SM90 kernel, trace points on)\n",
              f"{env['gpu']}, torch {env['torch']}; median of {report['runs']} runs, "
-             f"{report.get('flush', 'L2 flushed (256 MiB write)')} before each; "
+             f"{protocol(report)}; "
              "B is an (N, K) weight passed as `w.t()`. Times in microseconds from the first CTA's first "
              "instruction (see `benchmarks/kernel_timeline.py`).\n",
              "| case | config | CTAs | " + " | ".join(COLUMNS) + " |", "|---" * (3 + len(COLUMNS)) + "|"]
@@ -297,16 +336,20 @@ def main(argv=None) -> int:
     p.add_argument("--name", default="kernel_timeline")
     p.add_argument("--out", type=Path, default=Path(__file__).resolve().parent / "results")
     add_flush_option(p)
+    p.add_argument("--back-to-back", type=int, default=0, metavar="CALLS",
+                   help="trace the last of CALLS calls captured back to back in a CUDA graph, no flush")
     args = p.parse_args(argv)
     flush = wsgemm.timing.L2Flush(mode=args.flush)
     cases = []
     for i, text in enumerate(args.case or DEFAULT_CASES, 1):
         print(f"[{i}/{len(args.case or DEFAULT_CASES)}] {text}: compiling the traced kernel, {args.runs} runs",
               flush=True)
-        cases.append(run_case(text, args.runs, flush))
+        cases.append(run_case(text, args.runs, flush, args.back_to_back))
         print("  " + ", ".join(f"{c} {cases[-1].get(c, '-')}" for c in COLUMNS), flush=True)
     report = {"command": regenerate_command("kernel_timeline.py", sys.argv[1:] if argv is None else argv),
-              "environment": environment(), "runs": args.runs, "flush": flush.describe(), "cases": cases}
+              "environment": environment(), "runs": args.runs,
+              "protocol": (f"the last of {args.back_to_back} calls back to back in a CUDA graph, no L2 flush"
+                           if args.back_to_back else f"{flush.describe()} before each"), "cases": cases}
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / f"{args.name}.json").write_text(json.dumps(report, indent=1) + "\n")
     (args.out / f"{args.name}.md").write_text(markdown(report))

@@ -543,6 +543,15 @@ def test_the_traced_fix_up_stamp_waits_for_the_sums(timeline, tmp_path):
                      r"mov\.u32\s+%r\d+, %globaltimer_lo;", stamp), "the stamp does not wait for the last sum"
 
 
+def test_timeline_reports_say_how_each_run_was_set_up(timeline):
+    assert timeline.protocol({}) == "L2 flushed (256 MiB write) before each"
+    assert timeline.protocol({"flush": "L2 flushed (120 MiB read)"}) == "L2 flushed (120 MiB read) before each"
+    assert timeline.protocol({"protocol": "the last of 20 calls"}) == "the last of 20 calls"
+    order = []
+    timeline.after_each(lambda: order.append("flush"), lambda: order.append("call"), 2)()
+    assert order == ["flush", "call", "flush", "call"]
+
+
 def test_back_to_back_kernel_stats_take_medians_of_durations_and_gaps(monkeypatch):
     """back_to_back_kernels.kernel_stats: spans in any order; a gap is the next
     kernel's start minus this one's end."""
