@@ -7,6 +7,8 @@ from CUDA events around whole replays. With ``--base`` a ``benchmarks/baseline.p
 export of another commit runs beside this tree's package, so a kernel change can be
 told apart from host time and launch gaps (NOTES section 52: the split-K fix-up's
 serial slots cost nothing in a kernel traced alone after a flush, 1.3 us back to back).
+``--after-flush RUNS`` adds each kernel's median over single calls after the suite's L2
+flush.
 
     python benchmarks/baseline.py e009d98 /tmp/base
     PYTHONPATH=/tmp/base python benchmarks/back_to_back_kernels.py --base \\
@@ -28,6 +30,7 @@ from bench_gemm import environment  # noqa: E402
 from result_files import regenerate_command  # noqa: E402
 
 import wsgemm  # noqa: E402
+import wsgemm.timing  # noqa: E402
 
 
 def kernel_stats(spans: list[tuple[float, float]]) -> dict:
@@ -38,14 +41,46 @@ def kernel_stats(spans: list[tuple[float, float]]) -> dict:
             "median_gap_us": statistics.median(gaps) if gaps else 0.0}
 
 
-def back_to_back(package, a, b, config, calls: int, replays: int) -> dict:
+def kernel_spans(fn, leave_out=()) -> list[tuple[float, float]]:
+    """(start, end) of every kernel ``fn`` launches, CUPTI's clock (us), but memsets and
+    the kernels that ``leave_out`` launch alone."""
     from torch.profiler import ProfilerActivity, profile
 
+    def events(f):
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            f()
+            torch.cuda.synchronize()
+        return [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+
+    skip = {e.name for other in leave_out for e in events(other)}
+    return [(e.time_range.start, e.time_range.end) for e in events(fn)
+            if e.name not in skip and "memset" not in e.name.lower()]
+
+
+def checked_output(package, a, b, config) -> torch.Tensor:
     d = package.gemm(a, b, config=config)
     ref = a.float() @ b.float()
     error = ((d.float() - ref).norm() / ref.norm()).item()
     if not error < 1e-2:
         raise SystemExit(f"{package.__name__} {config.short()}: wrong result (relative error {error:.2e})")
+    return d
+
+
+def after_flushes(package, a, b, config, runs: int) -> dict:
+    """Single calls, each after the suite's L2 flush (``wsgemm.timing.L2Flush``)."""
+    d = checked_output(package, a, b, config)
+    flush = wsgemm.timing.L2Flush()
+
+    def calls():
+        for _ in range(runs):
+            flush()
+            package.gemm(a, b, out=d, config=config)
+
+    return {"median_us": kernel_stats(kernel_spans(calls, (flush,)))["median_us"]}
+
+
+def back_to_back(package, a, b, config, calls: int, replays: int) -> dict:
+    d = checked_output(package, a, b, config)
     stream = torch.cuda.Stream()
     with torch.cuda.stream(stream):
         graph = torch.cuda.CUDAGraph()
@@ -54,12 +89,7 @@ def back_to_back(package, a, b, config, calls: int, replays: int) -> dict:
                 package.gemm(a, b, out=d, config=config)
     graph.replay()
     torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        for _ in range(replays):
-            graph.replay()
-        torch.cuda.synchronize()
-    spans = [(e.time_range.start, e.time_range.end) for e in prof.events()
-             if e.device_type == torch.autograd.DeviceType.CUDA and "memset" not in e.name.lower()]
+    spans = kernel_spans(lambda: [graph.replay() for _ in range(replays)])
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     start.record()
     for _ in range(replays):
@@ -77,6 +107,8 @@ def main(argv=None) -> int:
     p.add_argument("--calls", type=int, default=20, help="calls captured in one graph")
     p.add_argument("--replays", type=int, default=5)
     p.add_argument("--base", action="store_true", help="also run benchmarks/baseline.py's export (wsgemm_base)")
+    p.add_argument("--after-flush", type=int, default=0, metavar="RUNS",
+                   help="also single calls, each after the suite's L2 flush: the median kernel of RUNS")
     p.add_argument("--name", default="back_to_back_kernels")
     p.add_argument("--out", type=Path, default=Path(__file__).resolve().parent / "results")
     args = p.parse_args(argv)
@@ -94,9 +126,12 @@ def main(argv=None) -> int:
             config = package.GemmConfig(tile_m=tile_m, tile_n=tile_n, split_k=split)
             row = {"impl": name, "config": config.short(), **back_to_back(package, a, b, config, args.calls,
                                                                           args.replays)}
+            if args.after_flush:
+                row["after_flush_us"] = after_flushes(package, a, b, config, args.after_flush)["median_us"]
             rows.append(row)
             print(f"{name:12s} {row['config']}: kernel {row['median_us']:.2f} us, gap {row['median_gap_us']:.2f}, "
-                  f"{row['per_call_us']:.2f} us a call", flush=True)
+                  f"{row['per_call_us']:.2f} us a call"
+                  + (f"; after a flush {row['after_flush_us']:.2f} us" if args.after_flush else ""), flush=True)
     report = {"command": regenerate_command("back_to_back_kernels.py", sys.argv[1:] if argv is None else argv),
               "environment": environment(), "shape": [m, n, k], "b": "W.t()", "calls": args.calls,
               "replays": args.replays, "rows": rows}
