@@ -5,14 +5,15 @@ L2 flush between them) and replayed under the profiler; per implementation: the 
 kernel duration, the median gap between consecutive kernels, and the time per call
 from CUDA events around whole replays. With ``--base`` a ``benchmarks/baseline.py``
 export of another commit runs beside this tree's package, so a kernel change can be
-told apart from host time and launch gaps (NOTES section 52: the split-K fix-up's
-serial slots cost nothing in a kernel traced alone after a flush, 1.3 us back to back).
-``--after-flush RUNS`` adds each kernel's median over single calls after the suite's L2
-flush.
+told apart from host time and launch gaps. ``--after-flush RUNS`` adds each kernel's
+median over single calls after the suite's L2 flush. Untraced, unlike
+``kernel_timeline.py``, whose trace points move a kernel by a few tenths of a
+microsecond (NOTES section 52: they hid the 1.2-1.4 us the split-K fix-up's serial
+slots cost).
 
     python benchmarks/baseline.py e009d98 /tmp/base
-    PYTHONPATH=/tmp/base python benchmarks/back_to_back_kernels.py --base \\
-        --shape 1024x16x8192 --tile 64x16 --splits 4,8 --name fixup_back_to_back
+    PYTHONPATH=/tmp/base python benchmarks/back_to_back_kernels.py --base --after-flush 15 \\
+        --shape 1024x16x8192 --tile 64x16 --splits 2,4,8 --name fixup_back_to_back
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_gemm import environment  # noqa: E402
+from bench_gemm import cuda_kernel_events, environment  # noqa: E402
 from result_files import regenerate_command  # noqa: E402
 
 import wsgemm  # noqa: E402
@@ -44,16 +45,8 @@ def kernel_stats(spans: list[tuple[float, float]]) -> dict:
 def kernel_spans(fn, leave_out=()) -> list[tuple[float, float]]:
     """(start, end) of every kernel ``fn`` launches, CUPTI's clock (us), but memsets and
     the kernels that ``leave_out`` launch alone."""
-    from torch.profiler import ProfilerActivity, profile
-
-    def events(f):
-        with profile(activities=[ProfilerActivity.CUDA]) as prof:
-            f()
-            torch.cuda.synchronize()
-        return [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
-
-    skip = {e.name for other in leave_out for e in events(other)}
-    return [(e.time_range.start, e.time_range.end) for e in events(fn)
+    skip = {e.name for other in leave_out for e in cuda_kernel_events(other)}
+    return [(e.time_range.start, e.time_range.end) for e in cuda_kernel_events(fn)
             if e.name not in skip and "memset" not in e.name.lower()]
 
 

@@ -97,6 +97,16 @@ def environment() -> dict:
     }
 
 
+def cuda_kernel_events(fn) -> list:
+    """The CUDA kernels (profiler events) that ``fn`` launches, as CUPTI records them."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        fn()
+        torch.cuda.synchronize()
+    return [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+
+
 def parse_shapes(text: str) -> list[tuple[int, int, int]]:
     return [tuple(int(x) for x in s.split("x")) for s in text.split(",") if s]
 

@@ -45,7 +45,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_gemm import add_flush_option, environment, gpu_state  # noqa: E402
+from bench_gemm import add_flush_option, cuda_kernel_events, environment, gpu_state  # noqa: E402
 from result_files import regenerate_command  # noqa: E402
 
 import cutlass  # noqa: E402
@@ -137,21 +137,12 @@ def parse_case(text: str) -> tuple[tuple[int, int, int], GemmConfig]:
                                  stages=None if stages == "auto" else int(stages), split_k=split_k)
 
 
-def _cuda_kernel_events(fn) -> list:
-    from torch.profiler import ProfilerActivity, profile
-
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        fn()
-        torch.cuda.synchronize()
-    return [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
-
-
 def cupti_kernel_us(fn, calls: int, others=()) -> float:
     """Median duration of the longest kernel of each of the ``calls`` calls ``fn``
     makes, as CUPTI records it; the kernels ``others`` launch (a flush, a scratch
     reset), found by profiling each alone, are left out."""
-    skip = {e.name for other in others for e in _cuda_kernel_events(other)}
-    durations = [e.time_range.end - e.time_range.start for e in _cuda_kernel_events(fn)
+    skip = {e.name for other in others for e in cuda_kernel_events(other)}
+    durations = [e.time_range.end - e.time_range.start for e in cuda_kernel_events(fn)
                  if e.name not in skip and "memset" not in e.name.lower()]
     return statistics.median(sorted(durations)[-calls:])
 

@@ -55,7 +55,8 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_gemm import DTYPES, environment, gpu_state, parse_shapes, summarize, time_interleaved  # noqa: E402
+from bench_gemm import (DTYPES, cuda_kernel_events, environment, gpu_state, parse_shapes, summarize,  # noqa: E402
+                        time_interleaved)
 
 from suite import baseline_gemm, default_config_with, wsgemm_config  # noqa: E402
 
@@ -191,12 +192,7 @@ def as_ab_call(candidate):
 
 def cublas_kernels(fn) -> list[str]:
     """Names of the CUDA kernels one call of ``fn`` launches."""
-    from torch.profiler import ProfilerActivity, profile
-
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        fn()
-        torch.cuda.synchronize()
-    return sorted({e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA})
+    return sorted({e.name for e in cuda_kernel_events(fn)})
 
 
 def sweep_shape(m, n, k, dtype, candidates, reps, flush, weight_layout, graph: bool = False) -> dict:
