@@ -72,18 +72,18 @@ class ThroughputModel:
     split_fixup_s: float = 3e-6
     # ... for two splits; each split past two costs this much more. Fitted when the last
     # split added the others' slots one after another, each a dependent round trip to
-    # L2 before the epilogue. Since ``split_k.add_partials`` loads several slots a round
-    # (a decode tile's fix-up is one round), a model charging rounds instead of splits
-    # picked more splits and ran 0.985x as fast in graph replays (NOTES section 52):
-    # a split costs more than its slot's round trip, for reasons not yet measured.
-    # Fitted to the committed sweeps (benchmarks/model_regret.py: the model's pick among
-    # the timed plans of 462 swept problems, 1.027x -> 1.024x the fastest in single calls,
-    # 1.024x -> 1.019x in graph replays) and A/B'd on an H200 (NOTES section 51,
-    # results/split_fixup_per_split.json.gz): on 36 held-out shapes whose plan it
-    # changed (splits of 3-8 cut to 2-6 or none, mostly at M <= 256 on 1024- to
-    # 3072-row weights), 1.054x faster in single calls and 1.059x in graph replays,
-    # 0.97x -> 1.02x of cuBLAS in single calls; slowest 0.92x (256x2048x8192, whose
-    # 1x2 clusters over two tile rows ``_clusters`` now leaves out), then 0.95x.
+    # L2 before the epilogue, to the committed sweeps (benchmarks/model_regret.py: the
+    # model's pick among the timed plans of 462 swept problems, 1.027x -> 1.024x the
+    # fastest in single calls, 1.024x -> 1.019x in graph replays) and A/B'd on an H200
+    # (NOTES section 51, results/split_fixup_per_split.json.gz): on 36 held-out shapes
+    # whose plan it changed (splits of 3-8 cut to 2-6 or none, mostly at M <= 256 on
+    # 1024- to 3072-row weights), 1.054x faster in single calls and 1.059x in graph
+    # replays, 0.97x -> 1.02x of cuBLAS in single calls; slowest 0.92x (256x2048x8192,
+    # whose 1x2 clusters over two tile rows ``_clusters`` now leaves out), then 0.95x.
+    # Since ``split_k.add_partials`` loads several slots a round (a decode tile's
+    # fix-up is one round), a model charging rounds instead of splits picked more
+    # splits and ran 0.985x as fast in graph replays (NOTES section 52): a split costs
+    # more than its slot's round trip, for reasons not yet measured.
     split_fixup_per_extra_split_s: float = 1e-6
 
 
