@@ -27,7 +27,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_gemm import cuda_kernel_events, environment  # noqa: E402
+from bench_gemm import environment, kernel_spans  # noqa: E402
 from result_files import regenerate_command  # noqa: E402
 
 import wsgemm  # noqa: E402
@@ -40,14 +40,6 @@ def kernel_stats(spans: list[tuple[float, float]]) -> dict:
     gaps = [later[0] - earlier[1] for earlier, later in zip(spans, spans[1:])]
     return {"kernels": len(spans), "median_us": statistics.median(end - start for start, end in spans),
             "median_gap_us": statistics.median(gaps) if gaps else 0.0}
-
-
-def kernel_spans(fn, leave_out=()) -> list[tuple[float, float]]:
-    """(start, end) of every kernel ``fn`` launches, CUPTI's clock (us), but memsets and
-    the kernels that ``leave_out`` launch alone."""
-    skip = {e.name for other in leave_out for e in cuda_kernel_events(other)}
-    return [(e.time_range.start, e.time_range.end) for e in cuda_kernel_events(fn)
-            if e.name not in skip and "memset" not in e.name.lower()]
 
 
 def checked_output(package, a, b, config) -> torch.Tensor:
@@ -74,12 +66,8 @@ def after_flushes(package, a, b, config, runs: int) -> dict:
 
 def back_to_back(package, a, b, config, calls: int, replays: int) -> dict:
     d = checked_output(package, a, b, config)
-    stream = torch.cuda.Stream()
-    with torch.cuda.stream(stream):
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph, stream=stream):
-            for _ in range(calls):
-                package.gemm(a, b, out=d, config=config)
+    # One operand copy: back to back, the weight stays in L2, as in a decode loop.
+    graph, _ = wsgemm.timing.capture_back_to_back(lambda: package.gemm(a, b, out=d, config=config), [()], calls)
     graph.replay()
     torch.cuda.synchronize()
     spans = kernel_spans(lambda: [graph.replay() for _ in range(replays)])

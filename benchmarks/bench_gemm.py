@@ -107,6 +107,14 @@ def cuda_kernel_events(fn) -> list:
     return [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
 
 
+def kernel_spans(fn, leave_out=()) -> list[tuple[float, float]]:
+    """(start, end) of every kernel ``fn`` launches, CUPTI's clock (us), but memsets and
+    the kernels that each of ``leave_out`` (a flush, a scratch reset) launches alone."""
+    skip = {e.name for other in leave_out for e in cuda_kernel_events(other)}
+    return [(e.time_range.start, e.time_range.end) for e in cuda_kernel_events(fn)
+            if e.name not in skip and "memset" not in e.name.lower()]
+
+
 def parse_shapes(text: str) -> list[tuple[int, int, int]]:
     return [tuple(int(x) for x in s.split("x")) for s in text.split(",") if s]
 

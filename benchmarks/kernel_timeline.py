@@ -45,7 +45,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_gemm import add_flush_option, cuda_kernel_events, environment, gpu_state  # noqa: E402
+from bench_gemm import add_flush_option, environment, gpu_state, kernel_spans  # noqa: E402
 from result_files import regenerate_command  # noqa: E402
 
 import cutlass  # noqa: E402
@@ -141,9 +141,7 @@ def cupti_kernel_us(fn, calls: int, others=()) -> float:
     """Median duration of the longest kernel of each of the ``calls`` calls ``fn``
     makes, as CUPTI records it; the kernels ``others`` launch (a flush, a scratch
     reset), found by profiling each alone, are left out."""
-    skip = {e.name for other in others for e in cuda_kernel_events(other)}
-    durations = [e.time_range.end - e.time_range.start for e in cuda_kernel_events(fn)
-                 if e.name not in skip and "memset" not in e.name.lower()]
+    durations = [end - start for start, end in kernel_spans(fn, others)]
     return statistics.median(sorted(durations)[-calls:])
 
 
@@ -154,20 +152,6 @@ def after_each(before, call, runs: int):
             before()
             call()
     return calls
-
-
-def back_to_back_graph(reset, call, calls: int) -> torch.cuda.CUDAGraph:
-    """``calls`` (reset, call) pairs captured in one CUDA graph: the calls run back to
-    back, with no flush between them and their operands left in L2."""
-    stream = torch.cuda.Stream()
-    with torch.cuda.stream(stream):
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph, stream=stream):
-            for _ in range(calls):
-                reset()
-                call()
-    torch.cuda.synchronize()
-    return graph
 
 
 def cta_tiles(grid: TileGrid, clusters: int) -> list[tuple[int, int] | None]:
@@ -267,8 +251,10 @@ def run_case(text: str, runs: int, flush: wsgemm.timing.L2Flush, back_to_back: i
         raise SystemExit(f"{text}: traced kernel is wrong (relative error {rel_error:.2e})")
     reset = scratch.zero_
     if back_to_back:
-        graph = back_to_back_graph(reset, traced, back_to_back)
-        run, matmul_graph = graph.replay, back_to_back_graph(lambda: None, lambda: torch.matmul(a, b), back_to_back)
+        # One operand copy: back to back, the operands stay in L2.
+        graph, _ = wsgemm.timing.capture_back_to_back(lambda: (reset(), traced()), [()], back_to_back)
+        matmul_graph, _ = wsgemm.timing.capture_back_to_back(lambda: torch.matmul(a, b), [()], back_to_back)
+        run = graph.replay
     else:
         run = after_each(flush, lambda: (reset(), traced()), 1)
     per_run = []
