@@ -29,6 +29,12 @@ M, N, K = 512, 10240, 8192  # Llama-3 70B QKV projection, 512 tokens
 TILE_M, TILE_N = 128, 256
 
 
+def measured(result_file: str) -> dict:
+    """A committed H200 result (benchmarks/results/*.json.gz)."""
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "results" / result_file
+    return json.loads(gzip.decompress(path.read_bytes()))
+
+
 def busiest_sm(grid: TileGrid, k_blocks: int) -> tuple[float, Counter]:
     """Work of the busiest SM in k-blocks, and how many SMs run each amount."""
     loads = Counter()
@@ -64,8 +70,7 @@ print("last split of a tile waits for the others' fp32 partial sums, then adds t
 print("Measured on an H200 (NOTES section 10): 0.80x -> 0.89x of cuBLAS for this shape.")
 # Each partial sum the last split reads is an L2 round trip (another SM wrote it), so it
 # loads several before adding any (split_k.slots_in_flight): for a decode tile, all of them.
-probe = json.loads(gzip.decompress((Path(__file__).resolve().parents[1] / "benchmarks" / "results"
-                                    / "split_fixup_rounds.json.gz").read_bytes()))["probe_direct"]["shapes"][0]
+probe = measured("split_fixup_rounds.json.gz")["probe_direct"]["shapes"][0]
 single = probe["us"]
 print(f"The adds: {'x'.join(map(str, probe['shape']))} in 64x16 tiles split 8 ways took "
       f"{single['base 64x16 c1x1 split8'][0]:.1f} us a call loading the 7 partial sums one after another,")
@@ -120,8 +125,7 @@ for overlap in (False, True):
                                 cluster_n=plan.cluster_n, split_paths_overlap=overlap) * 1e6
     print(f"  model, the weight's HBM stream and the tokens' L2 loads {'side by side' if overlap else 'added up'}: "
           f"{model_us:.0f} us")
-ab = json.loads(gzip.decompress((Path(__file__).resolve().parents[1] / "benchmarks" / "results"
-                                 / "small_prefill_long_k.json.gz").read_bytes()))["ab_split_one_tile"]
+ab = measured("small_prefill_long_k.json.gz")["ab_split_one_tile"]
 us = next(s["us"] for s in ab["shapes"] if s["shape"] == [m, n, k])
 print(f"Measured on an H200 (NOTES section 50, single calls): {us['default'][0]:.1f} us, against "
       f"{us['base default'][0]:.1f} for the plan before (128x160 tiles split 2, their second tile row")
