@@ -3,6 +3,7 @@ majors, tiles, clusters and look-ahead policies, its PTX holds the instructions 
 design promises, and ptxas kept it within the register file without spills."""
 
 import dataclasses
+import inspect
 import itertools
 import re
 
@@ -14,7 +15,9 @@ from wsgemm.compile import compile_spec
 from wsgemm.kernels.common import split_k
 from wsgemm.inspection import (announced_bytes_operands, count_instructions, cubin_resources, disassemble,
                                producer_loop_ptx, producer_probe_precedes_copies, ptx_destination, sass_instructions,
-                               sass_loop_around, sass_mnemonic, sass_opcode, tma_coordinates, uniform_moves_between)
+                               sass_loop_around, sass_mnemonic, sass_opcode, tma_coordinates, tma_load_parameters,
+                               uniform_moves_between)
+from wsgemm.kernels.sm90 import Sm90Gemm
 
 MAJORS = [(a, b, d) for a, b, d in itertools.product("km", "kn", "nm")]
 
@@ -290,6 +293,27 @@ def test_dependent_launch_waits_before_any_global_access_and_lets_the_next_kerne
     assert wait < _first(ptx, "mbarrier::complete_tx::bytes")  # the first TMA load
     assert ptx.count("griddepcontrol.wait;") == 2  # producer and consumers
     assert wait < _first(ptx, "griddepcontrol.launch_dependents;")
+
+
+@pytest.mark.parametrize("config", [
+    GemmConfig(tile_m=64, tile_n=16, split_k=4, dependent_launch=True, read_before_wait="b"),
+    GemmConfig(tile_m=128, tile_n=16, cluster_n=2, swap_ab=True, dependent_launch=True, read_before_wait="b"),
+    GemmConfig(tile_m=128, tile_n=128, cluster_m=2, stream_k=True, dependent_launch=True, read_before_wait="a"),
+], ids=lambda c: c.short())
+def test_the_operand_read_before_wait_loads_before_the_producers_wait_and_the_other_after(config):
+    """``read_before_wait``: the producer's only loads ahead of its ``griddepcontrol.wait``
+    read the promised operand (the caller's B is the kernel's A when swapped); the
+    other operand's first load follows the wait."""
+    _, compiled = build(config=config)
+    kernel_params = list(inspect.signature(Sm90Gemm.kernel).parameters)[1:]  # after self
+    descriptor = {"a": kernel_params.index("tma_a"), "b": kernel_params.index("tma_b")}
+    early = config.read_before_wait if not config.swap_ab else {"a": "b", "b": "a"}[config.read_before_wait]
+    late = "b" if early == "a" else "a"
+    lines = compiled.ptx.splitlines()
+    wait = next(i for i, line in enumerate(lines) if "griddepcontrol.wait;" in line)
+    loads = tma_load_parameters(compiled.ptx)
+    assert {param for line, param in loads if line < wait} == {descriptor[early]}
+    assert min(line for line, param in loads if param == descriptor[late]) > wait
 
 
 def test_by_default_there_is_no_grid_dependency_control():

@@ -160,6 +160,22 @@ def test_dependent_launch_is_sm90_only_and_a_bool():
         spec(GemmConfig(dependent_launch=1))
 
 
+def test_read_before_wait_names_an_operand_of_a_dependent_launch_in_the_callers_terms():
+    early = GemmConfig(dependent_launch=True, read_before_wait="b")
+    assert spec(early).config.read_before_wait == "b" and spec(early).short().endswith("_pdl_bearly")
+    assert spec(early) != spec(GemmConfig(dependent_launch=True))
+    # Swapped, the kernel reads the caller's B as its A.
+    assert spec(GemmConfig(tile_n=32, dependent_launch=True, read_before_wait="b", swap_ab=True)) == \
+        spec(GemmConfig(tile_n=32, dependent_launch=True, read_before_wait="a"))
+    with pytest.raises(ConfigError, match=r"read_before_wait='b' reads before griddepcontrol.wait, .* "
+                                          r"pass dependent_launch=True"):
+        spec(GemmConfig(read_before_wait="b"))
+    with pytest.raises(ConfigError, match=r"read_before_wait='w' must be '', 'a' or 'b'"):
+        spec(GemmConfig(dependent_launch=True, read_before_wait="w"))
+    with pytest.raises(ConfigError, match=r"read_before_wait='b': .* sm90 kernel only"):
+        cfg.make_spec("sm100", "bf16", "bf16", "k", "k", "n", GemmConfig(read_before_wait="b"))
+
+
 def test_stream_k_is_sm90_only_a_bool_named_and_excludes_split_k():
     streamed = spec(GemmConfig(stream_k=True))
     assert streamed.config.short().endswith("_streamk") and streamed != spec(GemmConfig())

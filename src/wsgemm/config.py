@@ -87,6 +87,14 @@ class GemmConfig:
     # tensor cores idle through every epilogue. Holds a whole tile's accumulators per
     # thread, so it takes tiles of at most 128x192 (64x256); no split-K or stream-K.
     pingpong: bool = False
+    # SM90 only, with dependent_launch: "a" or "b" promises that the kernels before this
+    # one on the stream do not write that operand (a weight at inference; not so in
+    # training, where an optimizer step writes it, or right after a weight is loaded).
+    # The producer then loads the operand's first stages (``stages_read_before_wait``)
+    # before griddepcontrol.wait, under the previous kernel's tail, and the other
+    # operand's after it (benchmarks/NOTES.md section 53). Where the promise is false
+    # the GEMM reads stale values: off unless asked for.
+    read_before_wait: str = ""
 
     def __post_init__(self) -> None:
         # Accept the enums' string values, so GemmConfig(lookahead="none") works.
@@ -125,6 +133,8 @@ class GemmConfig:
             name += "_pdl"
         if self.pingpong:
             name += "_pingpong"
+        if self.read_before_wait:
+            name += f"_{self.read_before_wait}early"
         return name
 
 
@@ -309,6 +319,25 @@ def smem_budget(spec: KernelSpec) -> SmemBudget:
     return SmemBudget(a_stage, b_stage, epi, SMEM_RESERVED_BYTES, stages, capacity)
 
 
+# Bytes of the operand a dependent launch may read before griddepcontrol.wait
+# (``GemmConfig.read_before_wait``) that each CTA loads there. Enough to cover the wait
+# (an SM's share of HBM, 4.8 TB/s over 132 SMs, delivers 64 KiB in 1.8 us), few enough
+# that where the wait is short the other operand's first box does not queue behind
+# many: on the H200's decode suite 64 KiB ran graph replays 1.037x faster and single
+# calls level, every stage (up to 16) 1.019x and 0.988x (benchmarks/NOTES.md section 53).
+READ_BEFORE_WAIT_BYTES = 64 * 1024
+
+
+def stages_read_before_wait(spec: KernelSpec) -> int:
+    """Ring stages whose ``read_before_wait`` operand the producer loads before
+    ``griddepcontrol.wait``: ``READ_BEFORE_WAIT_BYTES`` of it, at least one stage and
+    at most the ring."""
+    budget = smem_budget(spec)
+    operand = spec.config.read_before_wait
+    stage = budget.a_stage_bytes if operand == "a" else budget.b_stage_bytes
+    return max(1, min(budget.stages, READ_BEFORE_WAIT_BYTES // stage))
+
+
 def tmem_columns(spec: KernelSpec) -> int:
     """Tensor-memory columns the SM100 kernel allocates: one fp32 column per output
     column per accumulator buffer (128 lanes = 128 rows), rounded up to the power of
@@ -388,8 +417,10 @@ def make_spec(
 
     if not isinstance(config.swap_ab, bool):
         raise ConfigError(f"swap_ab={config.swap_ab!r} must be True or False")
-    # The swap happens in wsgemm.api, on the operands' views; the kernel never sees it.
-    config = replace(config, swap_ab=False)
+    # The swap happens in wsgemm.api, on the operands' views; the kernel never sees it,
+    # and reads the caller's A as its B and the caller's B as its A.
+    early = {"a": "b", "b": "a"}.get(config.read_before_wait, "") if config.swap_ab else config.read_before_wait
+    config = replace(config, swap_ab=False, read_before_wait=early)
     spec = KernelSpec(arch, ab_dtype, out_dtype, a_major, b_major, d_major, config, batched=batched)
     if arch == "sm100" and tmem_columns(spec) > spec.facts.tmem_columns:
         raise ConfigError(
@@ -451,6 +482,8 @@ def _check_common(config: GemmConfig) -> None:
         raise ConfigError(f"stream_k={config.stream_k!r} must be True or False")
     if not isinstance(config.pingpong, bool):
         raise ConfigError(f"pingpong={config.pingpong!r} must be True or False")
+    if config.read_before_wait not in ("", "a", "b"):
+        raise ConfigError(f"read_before_wait={config.read_before_wait!r} must be '', 'a' or 'b'")
     if config.stream_k and config.split_k != 1:
         raise ConfigError(f"stream_k=True with split_k={config.split_k}: the last wave is either split or "
                           "streamed; pass split_k=1 with stream_k")
@@ -463,6 +496,7 @@ SM90_ONLY_FEATURES = (
     ("dependent_launch", "programmatic dependent launch", False),
     ("stream_k", "stream-K", False),
     ("pingpong", "ping-pong consumers", False),
+    ("read_before_wait", "reads before griddepcontrol.wait", ""),
 )
 
 
@@ -516,6 +550,9 @@ def _check_sm90(config: GemmConfig) -> None:
     _check_common(config)
     if config.two_cta:
         raise ConfigError("two_cta is a Blackwell (sm100) feature; Hopper has no cta_group::2 MMA")
+    if config.read_before_wait and not config.dependent_launch:
+        raise ConfigError(f"read_before_wait={config.read_before_wait!r} reads before griddepcontrol.wait, "
+                          "which only a dependent launch has: pass dependent_launch=True with it")
     if config.pingpong and config.tile_m > SM90_PINGPONG_MAX_TILE_M:
         raise ConfigError(f"pingpong=True with tile_m={config.tile_m}: a ping-pong warpgroup holds a whole tile, "
                           f"at most {SM90_PINGPONG_MAX_TILE_M} rows; pass pingpong=False or a smaller tile_m")

@@ -314,6 +314,28 @@ def _producer_loop(lines: list[str], marks: dict) -> LoopExcerpt | None:
     return LoopExcerpt(excerpt, events)
 
 
+_PARAM_MOVE = re.compile(r"mov\.b64\s+(%rd\d+),\s*\S+_param_(\d+);")
+_PARAM_ADDRESS = re.compile(r"cvta\.param\.u64\s+(%rd\d+),\s*(%rd\d+);")
+_TMA_LOAD = re.compile(r"cp\.async\.bulk\.tensor\.\S*shared::\w+\.global\S*\s+\[[^\]]*\],\s*\[(%rd\d+),")
+
+
+def tma_load_parameters(ptx: str) -> list[tuple[int, int]]:
+    """(line number, kernel parameter) of each TMA load in ``ptx``: the parameter whose
+    tensor-map descriptor the load reads, which tells A's loads from B's."""
+    lines = ptx.splitlines()
+    param_of = {}
+    loads = []
+    for number, line in enumerate(lines):
+        if move := _PARAM_MOVE.search(line):
+            param_of[move.group(1)] = int(move.group(2))
+        elif address := _PARAM_ADDRESS.search(line):
+            if address.group(2) in param_of:
+                param_of[address.group(1)] = param_of[address.group(2)]
+        elif load := _TMA_LOAD.search(line):
+            loads.append((number, param_of.get(load.group(1), -1)))
+    return loads
+
+
 def announced_bytes_operands(ptx: str) -> set[str]:
     """The byte-count operands of the ``mbarrier.arrive.expect_tx`` instructions in
     ``ptx``: an immediate, or the register chosen per tile where a producer may skip a

@@ -24,7 +24,9 @@ Warp roles of a CTA (``1 + consumer_warpgroups`` warpgroups of 128 threads):
 
 With ``config.dependent_launch`` the kernel is a programmatic dependent launch:
 ``griddepcontrol.wait`` before any global-memory access, and the producer lets the
-next kernel launch once it has issued its last load (docs/architecture.md).
+next kernel launch once it has issued its last load (docs/architecture.md). With
+``config.read_before_wait`` as well, the producer loads the first stages of the operand
+the caller promised no earlier kernel writes before its wait.
 
 Pipelines: ``SmemRing`` (TMA -> wgmma, full/empty mbarriers) and the epilogue's
 bulk-store groups (``cp.async.bulk.wait_group.read`` guards smem reuse).
@@ -339,9 +341,11 @@ class Sm90Gemm(GemmKernelBase):
         units = clusters_m * clusters_n * batches
         steps = scheduler.steps_of_cluster(cluster_id, units, num_clusters, k_blocks, splits, stream)
         step = Int32(0)
-        if cutlass.const_expr(self.config.dependent_launch):
+        early = self.config.read_before_wait  # "", or the operand the previous kernel does not write
+        if cutlass.const_expr(self.config.dependent_launch and not early):
             # Launched while the previous kernel may still be writing: no global
-            # memory access before it has finished and flushed.
+            # memory access before it has finished and flushed. (With an early read the
+            # wait comes among the first piece's loads, load_first_stages_around_wait.)
             cute.arch.griddepcontrol_wait()
         while step < steps:
             unit, kb_first, kb_count, _, _, _, _ = scheduler.piece_of_step(
@@ -355,16 +359,31 @@ class Sm90Gemm(GemmKernelBase):
                                             scheduler.edge_tile_offset(tile_n, tiles_n, overhang_n))
             loads_a, loads_b, tx_bytes = self.operand_loads_of_tile(ring, tile_m, tile_n, tiles_m, tiles_n)
 
-            def issue_copies(kb, slot, full):
+            def issue_a(kb, slot, full):
                 if loads_a:
-                    cute.copy(tma_a, a_boxes[(None, tile_m, kb_first + kb, batch)], tAsA[(None, slot)],
+                    cute.copy(tma_a, a_boxes[(None, tile_m, kb, batch)], tAsA[(None, slot)],
                               tma_bar_ptr=full, mcast_mask=a_mask)
+
+            def issue_b(kb, slot, full):
                 if loads_b:
-                    cute.copy(tma_b, b_boxes[(None, tile_n, kb_first + kb, batch)], tBsB[(None, slot)],
+                    cute.copy(tma_b, b_boxes[(None, tile_n, kb, batch)], tBsB[(None, slot)],
                               tma_bar_ptr=full, mcast_mask=b_mask)
 
+            # k-blocks of this piece already loaded (the first ones, under an early read).
+            kb_loaded = Int32(0)
+            if cutlass.const_expr(early):
+                if step == 0:
+                    slot, parity, token, kb_loaded = self.load_first_stages_around_wait(
+                        ring, kb_first, kb_count, tx_bytes,
+                        issue_a if early == "a" else issue_b, issue_b if early == "a" else issue_a)
+
+            def issue_copies(kb, slot, full):
+                issue_a(kb_first + kb_loaded + kb, slot, full)
+                issue_b(kb_first + kb_loaded + kb, slot, full)
+
             slot, parity, token = produce_k_blocks(
-                ring, slot, parity, token, kb_count, self.lookahead, Boolean(True), issue_copies, tx_bytes
+                ring, slot, parity, token, kb_count - kb_loaded, self.lookahead, Boolean(True), issue_copies,
+                tx_bytes
             )
             step += 1
         if cutlass.const_expr(self.config.dependent_launch):
@@ -372,6 +391,35 @@ class Sm90Gemm(GemmKernelBase):
             # (onto SMs this grid leaves) once every CTA has said so.
             cute.arch.griddepcontrol_launch_dependents()
         ring.producer_tail(slot, parity)
+
+    @cute.jit
+    def load_first_stages_around_wait(self, ring: SmemRing, kb_first, kb_count, tx_bytes,
+                                      issue_early: cutlass.Constexpr, issue_late: cutlass.Constexpr):
+        """The producer's first k-blocks under ``config.read_before_wait``: returns the
+        ring position after them, the look-ahead token and how many there were.
+
+        The operand the previous kernel does not write (a weight, at inference) goes
+        into the first stages of the still-empty ring before ``griddepcontrol.wait``,
+        while that kernel finishes; the other operand's boxes follow the wait into the
+        same slots. One ``expect_tx`` per slot announces both, so the consumers see no
+        difference. It takes a trip to HBM off the critical path of a kernel launched
+        while its predecessor runs. Not every stage: where the wait is short (no
+        predecessor left running) the other operand's first box queues behind them
+        (``cfg.READ_BEFORE_WAIT_BYTES``)."""
+        count = cutlass.min(kb_count, cfg.stages_read_before_wait(self.spec))
+        slot, parity = ring.producer_start()
+        # Slots of the ring's first lap are empty: acquiring them never waits.
+        for kb in cutlass.range(count, unroll=1):
+            ring.producer_acquire(kb, parity, Boolean(True), Boolean(True), tx_bytes)
+            issue_early(kb_first + kb, kb, ring.full_base + kb)
+        cute.arch.griddepcontrol_wait()
+        for kb in cutlass.range(count, unroll=1):
+            issue_late(kb_first + kb, kb, ring.full_base + kb)
+            slot, parity = ring.next_slot(slot, parity)
+        token = Boolean(False)
+        if cutlass.const_expr(self.lookahead == cfg.Lookahead.BEFORE_COPY):
+            token = ring.producer_try_acquire(slot, parity)
+        return slot, parity, token, count
 
     @cute.jit
     def operand_loads_of_tile(self, ring: SmemRing, tile_m, tile_n, tiles_m, tiles_n):
