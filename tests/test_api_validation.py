@@ -37,6 +37,12 @@ def t(*shape, dtype=bf16):
         (t(2, 4, 8), t(8, 4), {"out": t(4, 4)}, ShapeError, r"the product of a and b is \(2, 4, 4\)"),
         (t(4, 8), t(8, 4), {"out": t(1, 4).expand(4, 4)}, ValueError, r"out has overlapping memory"),
         (t(4, 8), t(8, 4), {}, DeviceError, r"a is on cpu; wsgemm runs on CUDA tensors \(move it with a.cuda\(\)\)"),
+        (t(4, 8), t(8, 4), {"read_before_wait": "w"}, ValueError, r"read_before_wait='w' must be '', 'a' or 'b'"),
+        (t(4, 8), t(8, 4), {"read_before_wait": "b", "config": wsgemm.GemmConfig()}, ValueError,
+         r"read_before_wait='b' with a GemmConfig: the config says it itself; pass "
+         r"GemmConfig\(read_before_wait='b', dependent_launch=True"),
+        (t(4, 8).requires_grad_(), t(8, 4), {"read_before_wait": "b"}, ValueError,
+         r"read_before_wait= is eager-only"),
     ],
 )
 def test_bad_inputs_raise_clear_errors(a, b, kwargs, exc, message):

@@ -70,7 +70,8 @@ def test_calls_that_need_the_python_path_are_never_cached(module, fresh_plans):
 def test_a_cached_call_skips_the_python_signature_and_runs_the_same_plan(module, fresh_plans, monkeypatch):
     plans_made = []
 
-    def make_plan(a, b, out, out_dtype, config):  # a CPU stand-in, run by Python: the product, via torch
+    # A CPU stand-in, run by Python: the product, via torch.
+    def make_plan(a, b, out, out_dtype, config, read_before_wait=""):
         plans_made.append((tuple(a.shape), tuple(b.shape)))
         return types.SimpleNamespace(launches_directly=False, run=lambda a, b, out: torch.matmul(a, b))
 
@@ -96,7 +97,7 @@ def cpu_products(monkeypatch, fresh_plans):
     runs on the CPU, cached calls launched from C++ as on the GPU."""
     products = []
 
-    def make_plan(a, b, out, out_dtype, config):
+    def make_plan(a, b, out, out_dtype, config, read_before_wait=""):
         dtype = out_dtype or a.dtype
         shape = torch.matmul(a[..., :1, :], b).shape[:-2] + (a.shape[-2], b.shape[-1])
 

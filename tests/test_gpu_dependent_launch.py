@@ -28,6 +28,18 @@ STEP_CONFIGS = [
 ]
 STEPS = 6
 
+# The chain's weights (B) are never written, so each step may read them before its
+# wait (``read_before_wait="b"``); its A is the step before's output, which it must
+# not. Swapped, the weight is the kernel's A. K = 256 has fewer k-blocks than the
+# ring has stages, K = 4096 more.
+EARLY_CONFIGS = [
+    GemmConfig(tile_m=128, tile_n=128, cluster_m=2, dependent_launch=True, read_before_wait="b"),
+    GemmConfig(tile_m=64, tile_n=64, cluster_n=2, split_k=4, dependent_launch=True, read_before_wait="b"),
+    GemmConfig(tile_m=64, tile_n=16, split_k=8, swap_ab=True, dependent_launch=True, read_before_wait="b"),
+    GemmConfig(tile_m=128, tile_n=16, cluster_n=2, swap_ab=True, dependent_launch=True, read_before_wait="b"),
+    GemmConfig(tile_m=128, tile_n=16, stream_k=True, swap_ab=True, dependent_launch=True, read_before_wait="b"),
+]
+
 
 def weights(k, steps, dtype=torch.bfloat16):
     # Scaled so that values neither grow nor shrink along the chain.
@@ -52,6 +64,23 @@ def check_chain(x0, ws, outs):
             raise AssertionError(f"chain step {step}: {e}") from None
 
 
+def check_graph_replays(chain, x0, ws, outs):
+    """Capture ``chain()`` (planned and compiled already) in a CUDA graph, then replay
+    it on fresh inputs into poisoned outputs and check every step."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.stream(side), torch.cuda.graph(graph):
+        chain()
+    for _ in range(3):
+        x0.copy_(rand(*x0.shape))
+        for out in outs:
+            out.fill_(float("nan"))
+        graph.replay()
+        torch.cuda.synchronize()
+        check_chain(x0, ws, outs)
+
+
 @pytest.mark.parametrize("config", STEP_CONFIGS, ids=lambda c: c.short())
 @pytest.mark.parametrize("m", [16, 512])
 def test_each_call_reads_its_predecessors_result(config, m):
@@ -63,24 +92,44 @@ def test_each_call_reads_its_predecessors_result(config, m):
     check_chain(x0, ws, outs)
 
 
-@pytest.mark.parametrize("config", STEP_CONFIGS[:3], ids=lambda c: c.short())
+@pytest.mark.parametrize("config", STEP_CONFIGS[:3] + EARLY_CONFIGS[2:4], ids=lambda c: c.short())
 def test_a_captured_chain_reads_each_predecessors_result_on_every_replay(config):
     m, k = 64, 1024
     x0, ws = rand(m, k), weights(k, STEPS)
     outs = [torch.empty(m, k, device="cuda", dtype=torch.bfloat16) for _ in range(STEPS)]
     run_chain(x0, ws, outs, config)  # compile and plan outside the capture
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.stream(side), torch.cuda.graph(graph):
-        run_chain(x0, ws, outs, config)
-    for _ in range(3):
-        x0.copy_(rand(m, k))
-        for out in outs:
-            out.fill_(float("nan"))
-        graph.replay()
-        torch.cuda.synchronize()
-        check_chain(x0, ws, outs)
+    check_graph_replays(lambda: run_chain(x0, ws, outs, config), x0, ws, outs)
+
+
+@pytest.mark.parametrize("config", EARLY_CONFIGS, ids=lambda c: c.short())
+@pytest.mark.parametrize("m, k", [(16, 256), (16, 4096), (512, 1024)])
+def test_weights_read_before_the_wait_leave_each_step_reading_its_predecessors_result(config, m, k):
+    x0, ws = rand(m, k), weights(k, STEPS)
+    outs = [torch.full((m, k), float("nan"), device="cuda", dtype=torch.bfloat16) for _ in range(STEPS)]
+    run_chain(x0, ws, outs, config)
+    torch.cuda.synchronize()
+    check_chain(x0, ws, outs)
+
+
+def test_the_default_plans_promise_of_unwritten_weights_in_eager_calls_and_graph_replays():
+    """``gemm(x, w.t(), read_before_wait="b")``: decode-sized steps whose default plans
+    launch dependent, so each reads its weight early and its activations after the wait."""
+    m, k = 16, 4096
+    x0 = rand(m, k)
+    ws = [w.t() for w in weights(k, STEPS)]  # nn.Linear's layout: B = W.t()
+    outs = [torch.full((m, k), float("nan"), device="cuda", dtype=torch.bfloat16) for _ in range(STEPS)]
+
+    def chain():
+        x = x0
+        for w, out in zip(ws, outs):
+            x = wsgemm.gemm(x, w, out=out, read_before_wait="b")
+
+    chain()
+    torch.cuda.synchronize()
+    check_chain(x0, ws, outs)
+    plan = wsgemm.api.make_plan(x0, ws[0], outs[0], None, None, "b")
+    assert plan.spec.config.dependent_launch and plan.spec.config.read_before_wait in ("a", "b")
+    check_graph_replays(chain, x0, ws, outs)
 
 
 def test_a_call_does_not_overwrite_what_its_predecessor_still_reads():

@@ -14,9 +14,10 @@ H200_SMS = 132
 bf16 = torch.bfloat16
 
 
-def plan(a, b, config=None, out=None, gpu="a GPU without measurements"):
+def plan(a, b, config=None, out=None, gpu="a GPU without measurements", read_before_wait=""):
     shape, dtype, batched, batches = api.validate_shapes_and_dtypes(a, b, out, None, config)
-    return api._kernel_for(a, b, out, None, config, shape, dtype, batched, batches, gpu, "sm90", H200_SMS)
+    return api._kernel_for(a, b, out, None, config, shape, dtype, batched, batches, gpu, "sm90", H200_SMS,
+                           read_before_wait)
 
 
 def meta(*shape):
@@ -30,6 +31,15 @@ def test_decode_weight_product_is_swapped_so_tokens_are_the_mma_n():
     # Kernel A = w (K-major), kernel B = x^T (K-major), kernel D = out^T (M-major).
     assert (spec.a_major, spec.b_major, spec.d_major) == ("k", "k", "m")
     assert spec.config.tile_n <= 32 and not spec.config.swap_ab  # the kernel never sees the swap
+
+
+def test_a_weight_read_before_the_wait_is_the_swapped_kernels_a_and_only_where_it_launches_dependent():
+    x, w = meta(4, 4096), meta(14336, 4096)
+    mode, spec, _ = plan(x, w.t(), read_before_wait="b")
+    assert mode == "swap" and spec.config.dependent_launch and spec.config.read_before_wait == "a"
+    x = meta(8192, 8192)  # many waves: launched plainly, so nothing to read early
+    _, spec, _ = plan(x, x, read_before_wait="b")
+    assert not spec.config.dependent_launch and spec.config.read_before_wait == ""
 
 
 def test_swap_is_part_of_the_config_a_caller_can_turn_off():

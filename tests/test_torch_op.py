@@ -82,7 +82,7 @@ def _fake_kernel(monkeypatch):
     dtype), so the autograd plumbing runs without a GPU."""
     calls = []
 
-    def gemm_eager(a, b, out=None, out_dtype=None, config=None):
+    def gemm_eager(a, b, out=None, out_dtype=None, config=None, read_before_wait=""):
         calls.append((tuple(a.shape), tuple(b.shape)))
         return torch.matmul(a, b).to(out_dtype or a.dtype)
 

@@ -12,6 +12,7 @@ result and launches through TVM-FFI (a few microseconds of host time).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import threading
 import warnings
@@ -370,14 +371,15 @@ def _choose_mode(a, b, out, shape, dtype) -> tuple[str, tuple]:
                     copy_major(writable_view(d if d.dim() == 3 else d.unsqueeze(0))))
 
 
-def make_plan(a, b, out, out_dtype, config) -> Plan:
+def make_plan(a, b, out, out_dtype, config, read_before_wait: str = "") -> Plan:
+    _check_read_before_wait(read_before_wait, config)
     shape, dtype, batched, batches = validate(a, b, out, out_dtype, config)
     m, k, n = a.shape[-2], a.shape[-1], b.shape[-1]
     if m * n * batches == 0 or k == 0:
         return Plan("trivial", shape, dtype, a.device)
     arch, sm_count, gpu = _device_facts(a.device.index or 0)
     mode, spec, (kernel_m, kernel_n, kernel_batches) = _kernel_for(
-        a, b, out, out_dtype, config, shape, dtype, batched, batches, gpu, arch, sm_count)
+        a, b, out, out_dtype, config, shape, dtype, batched, batches, gpu, arch, sm_count, read_before_wait)
     grid = TileGrid.for_problem(kernel_m, kernel_n, kernel_batches, spec.config)
     clusters = grid.launch_clusters(max_active_clusters(a.device.index or 0, spec.config.cluster_size))
     if spec.config.stream_k and not stream_k.fits_int32(grid.units, clusters, -(-k // spec.config.tile_k)):
@@ -404,7 +406,16 @@ def launch_workspace_elems(grid: TileGrid, clusters: int, config: cfg.GemmConfig
     return max(flags, 1), max(partials, 1)
 
 
-def _kernel_for(a, b, out, out_dtype, config, shape, dtype, batched, batches, gpu, arch, sm_count):
+def _check_read_before_wait(read_before_wait, config) -> None:
+    if read_before_wait not in ("", "a", "b"):
+        raise ValueError(f"read_before_wait={read_before_wait!r} must be '', 'a' or 'b'")
+    if read_before_wait and isinstance(config, cfg.GemmConfig):
+        raise ValueError(f"read_before_wait={read_before_wait!r} with a GemmConfig: the config says it itself; "
+                         f"pass GemmConfig(read_before_wait={read_before_wait!r}, dependent_launch=True, ...)")
+
+
+def _kernel_for(a, b, out, out_dtype, config, shape, dtype, batched, batches, gpu, arch, sm_count,
+                read_before_wait=""):
     """(mode, KernelSpec, kernel problem (M, N, batches)) for validated operands; also
     runs on meta tensors (``precompile``), except for ``config="autotune"``."""
     m, k, n = a.shape[-2], a.shape[-1], b.shape[-1]
@@ -433,6 +444,8 @@ def _kernel_for(a, b, out, out_dtype, config, shape, dtype, batched, batches, gp
     if chosen_here:
         config = as_launched(arch, config, kernel_m, kernel_n, k, kernel_batches, sm_count,
                              TORCH_DTYPES[a.dtype], TORCH_DTYPES[dtype])
+        if read_before_wait and config.dependent_launch:  # only a dependent launch has a wait to read before
+            config = dataclasses.replace(config, read_before_wait=read_before_wait)
     spec = cfg.make_spec(
         arch, TORCH_DTYPES[a.dtype], TORCH_DTYPES[dtype],
         _KERNEL_MAJOR["a", a_major], _KERNEL_MAJOR["b", b_major], _KERNEL_MAJOR["d", d_major],
@@ -502,7 +515,8 @@ def _as_batched(t: torch.Tensor, batches: int) -> torch.Tensor:
 # --------------------------------------------------------------------------------------
 
 def gemm(a: torch.Tensor, b: torch.Tensor, *, out: torch.Tensor | None = None,
-         out_dtype: torch.dtype | None = None, config: cfg.GemmConfig | str | None = None) -> torch.Tensor:
+         out_dtype: torch.dtype | None = None, config: cfg.GemmConfig | str | None = None,
+         read_before_wait: str = "") -> torch.Tensor:
     """``a @ b`` on a Hopper GPU with wsgemm's warp-specialized kernel.
 
     ``a``: (M, K) or (L, M, K); ``b``: (K, N) or (L, K, N); float16 or bfloat16, the
@@ -522,13 +536,24 @@ def gemm(a: torch.Tensor, b: torch.Tensor, *, out: torch.Tensor | None = None,
     stream, and the epilogue's buffers; a forced :class:`GemmConfig` says so itself
     (``stream_k``, ``dependent_launch``, ``epi_stages``).
 
+    ``read_before_wait="b"`` (or ``"a"``) is a promise: no kernel before this call on
+    the stream writes that operand, as for a weight at inference. Where the kernel is
+    launched as a programmatic dependent (decode-sized problems), it then loads the
+    operand's first stages while the previous kernel finishes: decode GEMMs replayed
+    back to back in CUDA graphs ran 1.040x faster on an H200, single calls level
+    (benchmarks/NOTES.md section 53). A false promise gives a wrong result without an error (say, right
+    after an optimizer step or a weight load wrote the operand), so it is off unless
+    asked for; with a :class:`GemmConfig`, its own ``read_before_wait`` field says so.
+    Such calls take the Python path, not the C++ one (a few microseconds of host time
+    more, none in a CUDA graph).
+
     When an input requires grad, the call records both gradients for autograd
     (computed by wsgemm too); under ``torch.compile`` it goes through the
-    ``torch.ops.wsgemm.gemm`` operator. ``out`` and ``config`` are for calls without
-    autograd only.
+    ``torch.ops.wsgemm.gemm`` operator. ``out``, ``config`` and ``read_before_wait``
+    are for calls without autograd only.
     """
     compiling = torch.compiler.is_compiling()
-    if out is None and out_dtype is None and config is None and not compiling:
+    if out is None and out_dtype is None and config is None and not read_before_wait and not compiling:
         # A cached call: its plan found, run and (if autograd records) recorded in C++
         # (wsgemm.fast_path); None if the Python path below must decide.
         result = _call_cached(a, b)
@@ -539,17 +564,20 @@ def gemm(a: torch.Tensor, b: torch.Tensor, *, out: torch.Tensor | None = None,
     except AttributeError:  # not tensors: gemm_eager's validation says what is wrong
         needs_autograd = False
     if needs_autograd or compiling:
-        return _with_autograd_or_tracing(a, b, out, out_dtype, config, compiling)
-    return gemm_eager(a, b, out, out_dtype, config)
+        return _with_autograd_or_tracing(a, b, out, out_dtype, config, read_before_wait, compiling)
+    return gemm_eager(a, b, out, out_dtype, config, read_before_wait)
 
 
-def _with_autograd_or_tracing(a, b, out, out_dtype, config, compiling: bool):
+def _with_autograd_or_tracing(a, b, out, out_dtype, config, read_before_wait, compiling: bool):
     if out is not None:
         raise ValueError("out= is not supported when an input requires grad or under torch.compile "
                          "(autograd needs a fresh result tensor); drop out= or run under torch.no_grad()")
     if config is not None:
         raise ValueError("config= is eager-only: torch.ops.wsgemm.gemm always uses the heuristic; "
                          "drop config= or call wsgemm.gemm outside torch.compile and autograd")
+    if read_before_wait:
+        raise ValueError("read_before_wait= is eager-only (torch.ops.wsgemm.gemm and the backward never read "
+                         "early); drop it or call wsgemm.gemm outside torch.compile and autograd")
     ops = _ops()
     if compiling:
         return ops.gemm_op(a, b, out_dtype)
@@ -566,21 +594,21 @@ def _ops():
     return ops
 
 
-def gemm_eager(a, b, out=None, out_dtype=None, config=None) -> torch.Tensor:
+def gemm_eager(a, b, out=None, out_dtype=None, config=None, read_before_wait="") -> torch.Tensor:
     """The direct path: plan lookup, result allocation, launch."""
     try:
-        key = _signature(a, b, out, out_dtype, config)
+        key = _signature(a, b, out, out_dtype, config) + (read_before_wait,)
         plan = _plans.get(key)
     except (AttributeError, TypeError):
         key, plan = None, None
     if plan is None:
-        plan = make_plan(a, b, out, out_dtype, config)  # raises the argument errors
+        plan = make_plan(a, b, out, out_dtype, config, read_before_wait)  # raises the argument errors
         if key is not None:
             with _plans_lock:
                 if len(_plans) >= MAX_PLANS:
                     forget_plans()
                 _plans[key] = plan
-                if out is None and out_dtype is None and config is None:
+                if out is None and out_dtype is None and config is None and not read_before_wait:
                     _remember_plan(a, b, plan)
     return plan.run(a, b, out)
 
