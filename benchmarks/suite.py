@@ -46,8 +46,8 @@ import wsgemm.timing  # noqa: E402
 TOLERANCE = {"bf16": 1e-2, "fp16": 2e-3}  # relative Frobenius error vs fp32, as bench_gemm.py
 IMPLEMENTATIONS = ("wsgemm", "wsgemm-autotune", "torch.matmul", "triton", "quack")
 # Run only when named in --impls: wsgemm with one feature switched on or off, for side-by-side ablations.
-ABLATIONS = ("wsgemm-pdl", "wsgemm-nopdl", "wsgemm-streamk", "wsgemm-nostreamk", "wsgemm-epi3", "wsgemm-epi4",
-             "wsgemm-pingpong", "wsgemm-cooperative", "wsgemm-base")
+ABLATIONS = ("wsgemm-pdl", "wsgemm-nopdl", "wsgemm-early", "wsgemm-streamk", "wsgemm-nostreamk",
+             "wsgemm-epi3", "wsgemm-epi4", "wsgemm-pingpong", "wsgemm-cooperative", "wsgemm-base")
 PEAK_SIZE = 8192  # the "measured peak": cuBLAS on a bf16 cube large enough to saturate the GPU
 
 # Dense BF16 tensor-core peak in TFLOP/s. NVIDIA H100 Tensor Core GPU datasheet (H100
@@ -158,6 +158,10 @@ def build_implementations(wanted: list[str], quack_autotune: bool) -> tuple[dict
     for name, pdl in (("wsgemm-pdl", True), ("wsgemm-nopdl", False)):
         offer(name, default_config_with(dependent_launch=pdl), "wsgemm's default configuration for each shape, "
               f"with GemmConfig.dependent_launch={pdl} (programmatic dependent launch) everywhere")
+    # The suite never writes B (a weight), which keeps read_before_wait's promise.
+    offer("wsgemm-early", lambda a, b: wsgemm.gemm(a, b, read_before_wait="b"),
+          "wsgemm.gemm(a, b, read_before_wait='b'): where the default configuration launches dependent, "
+          "B's first stages load before griddepcontrol.wait")
     offer("wsgemm-streamk", default_config_with(split_k=1, stream_k=True),
           "wsgemm's default configuration for each shape, with its last partial wave streamed "
           "(GemmConfig.stream_k=True, split_k=1) instead of split or left whole")
