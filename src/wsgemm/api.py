@@ -539,9 +539,9 @@ def gemm(a: torch.Tensor, b: torch.Tensor, *, out: torch.Tensor | None = None,
     ``read_before_wait="b"`` (or ``"a"``) is a promise: no kernel before this call on
     the stream writes that operand, as for a weight at inference. Where the kernel is
     launched as a programmatic dependent (decode-sized problems), it then loads the
-    operand's first stages while the previous kernel finishes: decode GEMMs replayed
-    back to back in CUDA graphs ran 1.040x faster on an H200, single calls level
-    (benchmarks/NOTES.md section 53). A false promise gives a wrong result without an error (say, right
+    operand's first stages while a previous kernel that launches its dependents early
+    (as wsgemm's do) finishes: decode GEMMs back to back in CUDA graphs ran 1.040x
+    faster on an H200, single calls level (benchmarks/NOTES.md section 53). A false promise gives a wrong result without an error (say, right
     after an optimizer step or a weight load wrote the operand), so it is off unless
     asked for; with a :class:`GemmConfig`, its own ``read_before_wait`` field says so.
     Such calls take the Python path, not the C++ one (a few microseconds of host time
