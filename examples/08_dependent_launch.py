@@ -9,11 +9,15 @@ overwrite what that kernel still reads. ``griddepcontrol.launch_dependents`` let
 the *next* kernel launch once every CTA of this one has issued its last load: its
 CTAs take the SMs this grid leaves and get ready while the last tiles finish.
 
-Part 1 compiles one configuration with and without the knob and walks the PTX.
+A third variant adds ``read_before_wait="b"``, the caller's promise that no earlier
+kernel writes B (a weight at inference): the producer then loads B's first stages
+before its wait, so the weight's trip to HBM overlaps the previous kernel's tail.
+
+Part 1 compiles one configuration with and without the knobs and walks the PTX.
 Part 2 times back-to-back calls in a CUDA graph, where the overlap exists, and
 single calls after an unrelated kernel, where it does not. On an H200: 15.6 -> 14.8
 us per call in the graph, 21.7 against 21.2 us for single calls (benchmarks/NOTES.md
-sections 15 and 37 have the full measurements; the default path turns the knob on
+sections 15, 37 and 53 have the full measurements; the default path turns the knob on
 for every plan with at most 128 tokens and for unsplit 64-row tiles 64 to 128 wide,
 where it measured faster).
 
@@ -28,8 +32,11 @@ import statistics
 from wsgemm import GemmConfig
 from wsgemm import config as cfg
 from wsgemm.compile import compile_spec
+from wsgemm.inspection import tma_load_parameters
 
 CONFIG = GemmConfig(tile_m=64, tile_n=64)  # the default for 8B o-proj at 64-128 tokens
+VARIANTS = {"plain launch": {}, "dependent launch": {"dependent_launch": True},
+            "+ read B before wait": {"dependent_launch": True, "read_before_wait": "b"}}
 MARKS = [  # (what a PTX line contains, what it means here), in the order they are looked for
     ("setmaxnreg.dec", "the producer warpgroup starts (gives registers away)"),
     ("setmaxnreg.inc", "the consumer warpgroups start (take registers)"),
@@ -52,16 +59,26 @@ def walk(ptx: str) -> list[str]:
 
 
 def part1() -> None:
-    for on in (False, True):
-        spec = cfg.make_spec("sm90", "bf16", "bf16", "k", "k", "n", dataclasses.replace(CONFIG, dependent_launch=on))
+    for changes in VARIANTS.values():
+        spec = cfg.make_spec("sm90", "bf16", "bf16", "k", "k", "n", dataclasses.replace(CONFIG, **changes))
         ptx = compile_spec(spec, keep_artifacts=True).ptx
         print(f"{spec.config.short()}: {ptx.count('griddepcontrol')} griddepcontrol instructions")
-        print("\n".join(walk(ptx)) + "\n")
-    print("With the knob, the producer waits before its first load and the consumers before")
-    print("their first global access (here: the epilogue's stores). The trigger runs once the")
-    print("producer's tile loop has ended, after its last load; the compiler lays that exit")
-    print("out next to the loop body. Without the knob neither instruction exists and the")
-    print("launch is a plain one.\n")
+        print("\n".join(walk(ptx)))
+        wait = next((i for i, line in enumerate(ptx.splitlines()) if "griddepcontrol.wait" in line), None)
+        if wait is not None:  # which descriptor (kernel parameter 1: A's, 3: B's) each load reads
+            early = sorted({param for line, param in tma_load_parameters(ptx) if line < wait})
+            print(f"  TMA loads ahead of the first wait read parameters {early} (1: A, 3: B)")
+        print()
+    print("With dependent launch, the producer waits before its first load and the consumers")
+    print("before their first global access (here: the epilogue's stores). The trigger runs")
+    print("once the producer's tile loop has ended, after its last load; the compiler lays that")
+    early = cfg.make_spec("sm90", "bf16", "bf16", "k", "k", "n",
+                          dataclasses.replace(CONFIG, **VARIANTS["+ read B before wait"]))
+    print(f"exit out next to the loop body. With read_before_wait='b' the first "
+          f"{cfg.stages_read_before_wait(early)} stages of B")
+    print("(64 KiB) load ahead of the wait, each slot announced once for both operands, A's")
+    print("boxes after it (the producer's wait appears twice: one copy on the path of a work")
+    print("piece with no k-blocks). Without the knobs neither instruction exists.\n")
 
 
 def part2() -> int:
@@ -77,32 +94,31 @@ def part2() -> int:
     inputs = [(torch.randn(m, k, device="cuda").bfloat16(), torch.randn(n, k, device="cuda").bfloat16().t())
               for _ in range(8)]  # rotated, so the weights are not L2-resident
     flush = wsgemm.timing.L2Flush()  # the suite's and the autotuner's: read twice the L2, then spin
-    configs = {on: dataclasses.replace(CONFIG, dependent_launch=on) for on in (False, True)}
+    configs = {label: dataclasses.replace(CONFIG, **changes) for label, changes in VARIANTS.items()}
     graphs = {}
-    for on, config in configs.items():
+    for label, config in configs.items():
         for a, b in inputs:  # compile, and check against cuBLAS
             ref = torch.matmul(a.float(), b.float())
             err = ((wsgemm.gemm(a, b, config=config).float() - ref).norm() / ref.norm()).item()
             assert err < 1e-2, err
-        graphs[on] = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graphs[on]):
+        graphs[label] = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graphs[label]):
             for i in range(calls):
                 wsgemm.gemm(*inputs[i % len(inputs)], config=config)
 
     # Interleaved, so both see the same GPU state; milliseconds per timed call.
-    graph_ms = wsgemm.timing.time_in_turns({on: graphs[on].replay for on in configs}, 15, flush.evict)
+    graph_ms = wsgemm.timing.time_in_turns({label: graphs[label].replay for label in configs}, 15, flush.evict)
 
     def one_call(config):
         return lambda: wsgemm.gemm(*inputs[0], config=config)
 
-    single_ms = wsgemm.timing.time_in_turns({on: one_call(configs[on]) for on in configs}, 15, flush)
-    graph_us = {on: [1000 * ms / calls for ms in runs] for on, runs in graph_ms.items()}
-    single_us = {on: [1000 * ms for ms in runs] for on, runs in single_ms.items()}
+    single_ms = wsgemm.timing.time_in_turns({label: one_call(configs[label]) for label in configs}, 15, flush)
+    graph_us = {label: [1000 * ms / calls for ms in runs] for label, runs in graph_ms.items()}
+    single_us = {label: [1000 * ms for ms in runs] for label, runs in single_ms.items()}
     print(f"{m}x{n}x{k}, {CONFIG.tile_m}x{CONFIG.tile_n} tiles, us per call (median of 15):")
-    print(f"  {'':24}{'plain launch':>14}{'dependent launch':>18}")
-    for label, times in (("graph of 20 calls", graph_us), ("one call after a flush", single_us)):
-        plain, dependent = (statistics.median(times[on]) for on in (False, True))
-        print(f"  {label:24}{plain:14.1f}{dependent:18.1f}")
+    print(f"  {'':24}" + "".join(f"{label:>22}" for label in VARIANTS))
+    for row, times in (("graph of 20 calls", graph_us), ("one call after a flush", single_us)):
+        print(f"  {row:24}" + "".join(f"{statistics.median(times[label]):22.1f}" for label in VARIANTS))
     print("\nBack to back, each call's CTAs set up while the previous call's last tiles finish;")
     print("after the flush and spin kernels (neither signals early) there is nothing to overlap.")
     return 0
