@@ -12,6 +12,10 @@ def test_inspect_reports_a_dependent_launch_kernel(tmp_path, capsys):
     assert "kernel sm90_bf16tobf16_akbkdn_64x64x64_c1x1_s13_e2_along_m_w1_before_copy_pdl" in report
     assert "programmatic dependent launch" in report and "griddepcontrol x3" in report
     assert "griddepcontrol.wait" in (out / "kernel.ptx").read_text()
+    assert main(["inspect", "--arch", "sm_90a", "--tile", "64x64x64", "--dependent-launch", "--read-before-wait", "b",
+                 "--out", str(out)]) == 0
+    report = capsys.readouterr().out
+    assert "_pdl_bearly\n" in report and "dependent launch, B's first 8 stages loaded before its wait" in report
 
 
 def test_a_rejected_config_is_a_one_line_error(tmp_path, capsys):

@@ -29,6 +29,8 @@ def _add_config_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--lookahead", default=d.lookahead.value, choices=[e.value for e in cfg.Lookahead])
     p.add_argument("--dependent-launch", action="store_true",
                    help="programmatic dependent launch (sm90): griddepcontrol.wait / launch_dependents")
+    p.add_argument("--read-before-wait", default="", choices=("", "a", "b"),
+                   help="with --dependent-launch (sm90): load this operand's first stages before the wait")
     p.add_argument("--split-k", type=int, default=1, help="split the last partial wave's tiles (sm90)")
     p.add_argument("--stream-k", action="store_true", help="stream the last partial wave's k-blocks (sm90)")
     p.add_argument("--pingpong", action="store_true",
@@ -40,7 +42,8 @@ def _config_from_args(args) -> cfg.GemmConfig:
     cm, cn = (int(x) for x in args.cluster.split("x"))
     return cfg.GemmConfig(tile_m=tm, tile_n=tn, tile_k=tk, cluster_m=cm, cluster_n=cn,
                           stages=args.stages, lookahead=args.lookahead, dependent_launch=args.dependent_launch,
-                          split_k=args.split_k, stream_k=args.stream_k, pingpong=args.pingpong)
+                          split_k=args.split_k, stream_k=args.stream_k, pingpong=args.pingpong,
+                          read_before_wait=args.read_before_wait)
 
 
 def describe_spec(spec: cfg.KernelSpec) -> list[str]:
@@ -72,7 +75,9 @@ def describe_spec(spec: cfg.KernelSpec) -> list[str]:
         f"raster {c.raster.value} swizzle {c.swizzle}, look-ahead {c.lookahead.value}"
         + (f", last wave split {c.split_k} ways" if c.split_k > 1 else "")
         + (", last wave streamed (stream-K)" if c.stream_k else "")
-        + (", programmatic dependent launch" if c.dependent_launch else ""),
+        + (", programmatic dependent launch" if c.dependent_launch else "")
+        + (f", {c.read_before_wait.upper()}'s first {cfg.stages_read_before_wait(spec)} stages loaded before its wait"
+           if c.read_before_wait else ""),
         f"  smem       : {budget.stages} stages x {budget.stage_bytes} B + epilogue {budget.epi_bytes} B "
         f"+ {budget.reserved_bytes} B barriers/padding = {budget.total_bytes} of {budget.capacity_bytes} B",
     ]
