@@ -333,13 +333,13 @@ _plans_lock = threading.Lock()
 MAX_PLANS = 4096
 
 
-def _signature(a, b, out, out_dtype, config):
+def _signature(a, b, out, out_dtype, config, read_before_wait=""):
     """Everything a plan depends on. Raises AttributeError/TypeError for non-tensors,
     which sends the call down the validating path."""
     # get_device(): an int, cheaper than building a torch.device; -1 for CPU and meta
     # tensors, which never get a plan (validation rejects them first).
     key = (a.shape, a.stride(), a.dtype, a.get_device(), a.data_ptr() & 15,
-           b.shape, b.stride(), b.dtype, b.get_device(), b.data_ptr() & 15, out_dtype, config)
+           b.shape, b.stride(), b.dtype, b.get_device(), b.data_ptr() & 15, out_dtype, config, read_before_wait)
     if out is not None:
         key += (out.shape, out.stride(), out.dtype, out.get_device(), out.data_ptr() & 15)
     return key
@@ -407,7 +407,7 @@ def launch_workspace_elems(grid: TileGrid, clusters: int, config: cfg.GemmConfig
 
 
 def _check_read_before_wait(read_before_wait, config) -> None:
-    if read_before_wait not in ("", "a", "b"):
+    if read_before_wait not in cfg.READ_BEFORE_WAIT_OPERANDS:
         raise ValueError(f"read_before_wait={read_before_wait!r} must be '', 'a' or 'b'")
     if read_before_wait and isinstance(config, cfg.GemmConfig):
         raise ValueError(f"read_before_wait={read_before_wait!r} with a GemmConfig: the config says it itself; "
@@ -541,9 +541,10 @@ def gemm(a: torch.Tensor, b: torch.Tensor, *, out: torch.Tensor | None = None,
     launched as a programmatic dependent (decode-sized problems), it then loads the
     operand's first stages while a previous kernel that launches its dependents early
     (as wsgemm's do) finishes: decode GEMMs back to back in CUDA graphs ran 1.040x
-    faster on an H200, single calls level (benchmarks/NOTES.md section 53). A false promise gives a wrong result without an error (say, right
-    after an optimizer step or a weight load wrote the operand), so it is off unless
-    asked for; with a :class:`GemmConfig`, its own ``read_before_wait`` field says so.
+    faster on an H200, single calls level (benchmarks/NOTES.md section 53). A false
+    promise gives a wrong result without an error (say, right after an optimizer step
+    or a weight load wrote the operand), so it is off unless asked for; with a
+    :class:`GemmConfig`, its own ``read_before_wait`` field says so.
     Such calls take the Python path, not the C++ one (a few microseconds of host time
     more, none in a CUDA graph).
 
@@ -597,7 +598,7 @@ def _ops():
 def gemm_eager(a, b, out=None, out_dtype=None, config=None, read_before_wait="") -> torch.Tensor:
     """The direct path: plan lookup, result allocation, launch."""
     try:
-        key = _signature(a, b, out, out_dtype, config) + (read_before_wait,)
+        key = _signature(a, b, out, out_dtype, config, read_before_wait)
         plan = _plans.get(key)
     except (AttributeError, TypeError):
         key, plan = None, None

@@ -29,7 +29,7 @@ def _add_config_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--lookahead", default=d.lookahead.value, choices=[e.value for e in cfg.Lookahead])
     p.add_argument("--dependent-launch", action="store_true",
                    help="programmatic dependent launch (sm90): griddepcontrol.wait / launch_dependents")
-    p.add_argument("--read-before-wait", default="", choices=("", "a", "b"),
+    p.add_argument("--read-before-wait", default="", choices=cfg.READ_BEFORE_WAIT_OPERANDS,
                    help="with --dependent-launch (sm90): load this operand's first stages before the wait")
     p.add_argument("--split-k", type=int, default=1, help="split the last partial wave's tiles (sm90)")
     p.add_argument("--stream-k", action="store_true", help="stream the last partial wave's k-blocks (sm90)")

@@ -39,6 +39,10 @@ class Raster(str, enum.Enum):
     ALONG_N = "along_n"  # consecutive work items step along N (A tiles reused from L2)
 
 
+# ``GemmConfig.read_before_wait``'s values: nothing, or the operand read before the wait.
+READ_BEFORE_WAIT_OPERANDS = ("", "a", "b")
+
+
 @dataclass(frozen=True)
 class GemmConfig:
     """Compile-time knobs of a GEMM kernel. ``None`` means "derive it"."""
@@ -482,7 +486,7 @@ def _check_common(config: GemmConfig) -> None:
         raise ConfigError(f"stream_k={config.stream_k!r} must be True or False")
     if not isinstance(config.pingpong, bool):
         raise ConfigError(f"pingpong={config.pingpong!r} must be True or False")
-    if config.read_before_wait not in ("", "a", "b"):
+    if config.read_before_wait not in READ_BEFORE_WAIT_OPERANDS:
         raise ConfigError(f"read_before_wait={config.read_before_wait!r} must be '', 'a' or 'b'")
     if config.stream_k and config.split_k != 1:
         raise ConfigError(f"stream_k=True with split_k={config.split_k}: the last wave is either split or "
