@@ -40,8 +40,15 @@ def assert_core_structure(spec, compiled):
     assert "cp.async.bulk.tensor" in ptx and ".global.shared::cta" in ptx
     (res,) = cubin_resources(compiled.cubin_path)
     assert res.stack_frame_bytes == 0, "local memory in use: spills or indexed register arrays"
-    threads = (1 + cfg.consumer_warpgroups(spec.config)) * 128
-    assert res.registers * threads <= 65536
+    warpgroups = 1 + cfg.consumer_warpgroups(spec.config)
+    assert res.registers * warpgroups * 128 <= 65536
+    # setmaxnreg moves registers between the CTA's warps only: what the warpgroups ask
+    # for must fit in what the CTA launched with, or a setmaxnreg.inc waits forever.
+    regs = cfg.sm90_register_budget(spec.config)
+    asked = [int(n) for n in re.findall(r"setmaxnreg\.(?:inc|dec)\.sync\.aligned\.u32\s+(\d+);", ptx)]
+    assert sorted(asked) == sorted([regs.producer_registers, regs.consumer_registers])
+    consumers = warpgroups - 1
+    assert regs.producer_registers + consumers * regs.consumer_registers <= res.register_cap * warpgroups
     assert cfg.smem_budget(spec).total_bytes <= spec.facts.smem_per_cta_bytes
 
 

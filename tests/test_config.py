@@ -1,3 +1,5 @@
+import itertools
+
 import pytest
 
 from wsgemm import ConfigError, GemmConfig, Lookahead, Raster, UnsupportedDtypeError
@@ -97,6 +99,18 @@ def test_register_budget_is_checked():
     assert (regs.producer_registers, regs.consumer_registers, regs.accumulator_registers) == (40, 232, 128)
     # The whole register file is shared out: 1 producer + 2 consumer warpgroups.
     assert (regs.producer_registers + 2 * regs.consumer_registers) * 128 <= hardware.SM90.registers_per_sm
+
+
+@pytest.mark.parametrize("pingpong", [False, True])
+def test_consumers_take_only_what_the_producer_gives_up_of_the_launch_allocation(pingpong):
+    for tile_m, tile_n in itertools.product(cfg.SM90_TILE_M, cfg.SM90_TILE_N):
+        config = GemmConfig(tile_m=tile_m, tile_n=tile_n, pingpong=pingpong)
+        regs = cfg.sm90_register_budget(config)
+        warpgroups = 1 + cfg.consumer_warpgroups(config)
+        assert regs.launch_registers * warpgroups * 128 <= hardware.SM90.registers_per_sm
+        assert regs.producer_registers + (warpgroups - 1) * regs.consumer_registers \
+            <= regs.launch_registers * warpgroups
+        assert regs.consumer_registers % 8 == 0
 
 
 @pytest.mark.parametrize("kw, exc, message", [

@@ -353,12 +353,16 @@ def tmem_columns(spec: KernelSpec) -> int:
 def sm90_register_budget(config: GemmConfig) -> RegisterBudget:
     facts = hardware.SM90
     wgs = consumer_warpgroups(config)
-    per_wg_thread_pool = facts.registers_per_sm // hardware.THREADS_PER_WARPGROUP
+    threads = (1 + wgs) * hardware.THREADS_PER_WARPGROUP
+    launch = min(facts.max_registers_per_thread, facts.registers_per_sm // threads // 8 * 8)
+    # setmaxnreg only moves registers between a CTA's warps: the consumers may take what
+    # the producer gives up of the CTA's launch allocation, never more (a setmaxnreg.inc
+    # past it waits forever: benchmarks/NOTES.md section 54). Counted from the launch
+    # allocation, not the register file, which it may fall short of by the rounding.
+    per_wg_thread_pool = launch * (1 + wgs)
     consumer = (per_wg_thread_pool - SM90_PRODUCER_REGISTERS) // wgs
     consumer = min(facts.max_registers_per_thread, consumer - consumer % 8)
     acc = config.tile_m * config.tile_n // (tile_warpgroups(config) * hardware.THREADS_PER_WARPGROUP)
-    threads = (1 + wgs) * hardware.THREADS_PER_WARPGROUP
-    launch = min(facts.max_registers_per_thread, facts.registers_per_sm // threads // 8 * 8)
     one_wgmma = 64 * config.tile_n // hardware.THREADS_PER_WARPGROUP
     return RegisterBudget(SM90_PRODUCER_REGISTERS, consumer, acc, launch, one_wgmma)
 
