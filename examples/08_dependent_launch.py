@@ -15,11 +15,11 @@ before its wait, so the weight's trip to HBM overlaps the previous kernel's tail
 
 Part 1 compiles one configuration with and without the knobs and walks the PTX.
 Part 2 times back-to-back calls in a CUDA graph, where the overlap exists, and
-single calls after an unrelated kernel, where it does not. On an H200: 15.6 -> 14.8
-us per call in the graph, 21.7 against 21.2 us for single calls (benchmarks/NOTES.md
-sections 15, 37 and 53 have the full measurements; the default path turns the knob on
-for every plan with at most 128 tokens and for unsplit 64-row tiles 64 to 128 wide,
-where it measured faster).
+single calls after an unrelated kernel, where it does not. On an H200 (session 40):
+15.4 -> 14.3 -> 13.6 us per call in the graph (plain, dependent, + B before the wait),
+18.7, 18.6 and 18.8 us for single calls (benchmarks/NOTES.md sections 15, 37 and 53
+have the full measurements; the default path turns the knob on for every plan with at
+most 128 tokens and for unsplit 64-row tiles 64 to 128 wide, where it measured faster).
 
 Needs: any machine for part 1 (compile only); an SM90 GPU (H100 or H200) for part 2,
 which is skipped with a message without one.
