@@ -585,14 +585,21 @@ def _with_autograd_or_tracing(a, b, out, out_dtype, config, read_before_wait, co
     return ops.gemm_with_autograd(a, b, out_dtype)
 
 
-@functools.lru_cache(maxsize=1)
+_ops_module = None
+
+
 def _ops():
     """``wsgemm.ops``, imported on first use (it registers ``torch.ops.wsgemm.gemm``
     and gives the fast path its backward): by the first call that needs autograd or
-    ``torch.compile``, or by the first call at all where the fast path is built."""
-    from . import ops
+    ``torch.compile``, or by the first call at all where the fast path is built. Kept
+    in a global, not a ``functools.lru_cache``: torch.compile traces through this
+    function and warns of a cache wrapper it has to ignore."""
+    global _ops_module
+    if _ops_module is None:
+        from . import ops
 
-    return ops
+        _ops_module = ops
+    return _ops_module
 
 
 def gemm_eager(a, b, out=None, out_dtype=None, config=None, read_before_wait="") -> torch.Tensor:
