@@ -42,7 +42,7 @@ def t(*shape, dtype=bf16):
          r"read_before_wait='b' with a GemmConfig: the config says it itself; pass "
          r"GemmConfig\(read_before_wait='b', dependent_launch=True"),
         (t(4, 8).requires_grad_(), t(8, 4), {"read_before_wait": "b"}, ValueError,
-         r"read_before_wait= is eager-only"),
+         r"read_before_wait= is for inference: an input requires grad"),
     ],
 )
 def test_bad_inputs_raise_clear_errors(a, b, kwargs, exc, message):

@@ -83,6 +83,30 @@ def test_torch_compile_runs_the_op(backend):
     assert rel(compiled(x2), ref(x2)) < 2e-2
 
 
+@pytest.mark.parametrize("backend", ["aot_eager", "inductor"])
+def test_torch_compile_carries_the_weights_read_before_the_wait(backend):
+    """Decode-sized steps (dependent launches) whose weights load before the wait,
+    compiled: each step reads the one before's output, never a stale one."""
+    weights = [(torch.randn(1024, 1024, device="cuda") / 32).to(torch.bfloat16) for _ in range(3)]
+
+    def decode_steps(x):
+        for w in weights:
+            x = torch.relu(wsgemm.gemm(x, w.t(), read_before_wait="b"))
+        return x
+
+    def reference(x):
+        x = x.float()
+        for w in weights:
+            x = torch.relu(x @ w.float().t()).to(torch.bfloat16).float()
+        return x
+
+    compiled = torch.compile(decode_steps, fullgraph=True, backend=backend)
+    with torch.inference_mode():
+        for _ in range(3):
+            x = torch.randn(16, 1024, device="cuda").to(torch.bfloat16)
+            assert rel(compiled(x), reference(x)) < 2e-2
+
+
 def test_graph_capture_of_a_linear_layer_replays_new_inputs():
     layer = wsgemm.nn.Linear(256, 384, dtype=torch.bfloat16, device="cuda")
     x = torch.randn(64, 256, device="cuda").to(torch.bfloat16)

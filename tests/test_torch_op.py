@@ -66,6 +66,39 @@ def test_out_and_config_are_eager_only():
         wsgemm.gemm(a, a, config=wsgemm.GemmConfig())
 
 
+def test_the_operator_checks_read_before_wait_at_trace_time():
+    with FakeTensorMode():
+        x = torch.empty(64, 32, dtype=torch.bfloat16, device="cuda")
+        w = torch.empty(48, 32, dtype=torch.bfloat16, device="cuda")
+        assert torch.ops.wsgemm.gemm(x, w.t(), None, "b").shape == (64, 48)
+        with pytest.raises(ValueError, match=r"read_before_wait='w' must be '', 'a' or 'b'"):
+            torch.ops.wsgemm.gemm(x, w.t(), None, "w")
+
+
+def test_torch_compile_carries_read_before_wait_to_the_kernel(monkeypatch):
+    promised = []
+
+    def gemm_eager(a, b, out=None, out_dtype=None, config=None, read_before_wait=""):
+        promised.append(read_before_wait)
+        return torch.matmul(a, b).to(out_dtype or a.dtype)
+
+    monkeypatch.setattr(wsgemm.api, "gemm_eager", gemm_eager)
+    x = torch.randn(6, 32).to(torch.bfloat16)
+    w = torch.randn(48, 32).to(torch.bfloat16)
+
+    def decode_step(x, w):
+        return torch.relu(wsgemm.gemm(x, w.t(), read_before_wait="b"))
+
+    with torch.no_grad():
+        explanation = torch._dynamo.explain(decode_step)(x, w)
+        y = torch.compile(decode_step, fullgraph=True, backend="eager")(x, w)
+    assert explanation.graph_break_count == 0
+    calls = [n for g in explanation.graphs for n in g.graph.nodes if "wsgemm" in str(n.target)]
+    assert len(calls) == 1 and "b" in calls[0].args  # the operator, with the promise among its arguments
+    assert promised and set(promised) == {"b"}
+    torch.testing.assert_close(y, torch.relu(x @ w.t()))
+
+
 def test_linear_is_a_drop_in_for_torch_linear():
     ref = torch.nn.Linear(32, 16, dtype=torch.bfloat16)
     layer = wsgemm.nn.Linear(32, 16, dtype=torch.bfloat16)

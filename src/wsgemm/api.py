@@ -372,7 +372,7 @@ def _choose_mode(a, b, out, shape, dtype) -> tuple[str, tuple]:
 
 
 def make_plan(a, b, out, out_dtype, config, read_before_wait: str = "") -> Plan:
-    _check_read_before_wait(read_before_wait, config)
+    check_read_before_wait(read_before_wait, config)
     shape, dtype, batched, batches = validate(a, b, out, out_dtype, config)
     m, k, n = a.shape[-2], a.shape[-1], b.shape[-1]
     if m * n * batches == 0 or k == 0:
@@ -406,7 +406,8 @@ def launch_workspace_elems(grid: TileGrid, clusters: int, config: cfg.GemmConfig
     return max(flags, 1), max(partials, 1)
 
 
-def _check_read_before_wait(read_before_wait, config) -> None:
+def check_read_before_wait(read_before_wait, config) -> None:
+    """``read_before_wait=``'s checks, shared with the operator's fake implementation."""
     if read_before_wait not in cfg.READ_BEFORE_WAIT_OPERANDS:
         raise ValueError(f"read_before_wait={read_before_wait!r} must be '', 'a' or 'b'")
     if read_before_wait and isinstance(config, cfg.GemmConfig):
@@ -550,8 +551,9 @@ def gemm(a: torch.Tensor, b: torch.Tensor, *, out: torch.Tensor | None = None,
 
     When an input requires grad, the call records both gradients for autograd
     (computed by wsgemm too); under ``torch.compile`` it goes through the
-    ``torch.ops.wsgemm.gemm`` operator. ``out``, ``config`` and ``read_before_wait``
-    are for calls without autograd only.
+    ``torch.ops.wsgemm.gemm`` operator. ``out`` and ``config`` are for eager calls
+    without autograd only; ``read_before_wait`` for calls without autograd, eager or
+    under ``torch.compile``.
     """
     compiling = torch.compiler.is_compiling()
     if out is None and out_dtype is None and config is None and not read_before_wait and not compiling:
@@ -565,23 +567,27 @@ def gemm(a: torch.Tensor, b: torch.Tensor, *, out: torch.Tensor | None = None,
     except AttributeError:  # not tensors: gemm_eager's validation says what is wrong
         needs_autograd = False
     if needs_autograd or compiling:
-        return _with_autograd_or_tracing(a, b, out, out_dtype, config, read_before_wait, compiling)
+        return _with_autograd_or_tracing(a, b, out, out_dtype, config, read_before_wait, needs_autograd, compiling)
     return gemm_eager(a, b, out, out_dtype, config, read_before_wait)
 
 
-def _with_autograd_or_tracing(a, b, out, out_dtype, config, read_before_wait, compiling: bool):
+def _with_autograd_or_tracing(a, b, out, out_dtype, config, read_before_wait, needs_autograd: bool,
+                              compiling: bool):
     if out is not None:
         raise ValueError("out= is not supported when an input requires grad or under torch.compile "
                          "(autograd needs a fresh result tensor); drop out= or run under torch.no_grad()")
     if config is not None:
         raise ValueError("config= is eager-only: torch.ops.wsgemm.gemm always uses the heuristic; "
                          "drop config= or call wsgemm.gemm outside torch.compile and autograd")
-    if read_before_wait:
-        raise ValueError("read_before_wait= is eager-only (torch.ops.wsgemm.gemm and the backward never read "
-                         "early); drop it or call wsgemm.gemm outside torch.compile and autograd")
+    if read_before_wait and needs_autograd:
+        # Where gradients are recorded, an optimizer step writes the weights between
+        # calls: the promise would be false right after it.
+        raise ValueError("read_before_wait= is for inference: an input requires grad, and in training an "
+                         "optimizer step writes the weights the promise covers; drop it or run under "
+                         "torch.no_grad() or torch.inference_mode()")
     ops = _ops()
     if compiling:
-        return ops.gemm_op(a, b, out_dtype)
+        return ops.gemm_op(a, b, out_dtype, read_before_wait)
     return ops.gemm_with_autograd(a, b, out_dtype)
 
 

@@ -28,20 +28,24 @@ _OP = "wsgemm::gemm"
 
 
 @torch.library.custom_op(_OP, mutates_args=())
-def gemm_op(a: torch.Tensor, b: torch.Tensor, out_dtype: torch.dtype | None = None) -> torch.Tensor:
-    """``a @ b``; see :func:`wsgemm.gemm`."""
-    return api.gemm_eager(a, b, None, out_dtype, None)
+def gemm_op(a: torch.Tensor, b: torch.Tensor, out_dtype: torch.dtype | None = None,
+            read_before_wait: str = "") -> torch.Tensor:
+    """``a @ b``; see :func:`wsgemm.gemm` (``read_before_wait`` there: inference only,
+    ``wsgemm.gemm`` refuses it where autograd records)."""
+    return api.gemm_eager(a, b, None, out_dtype, None, read_before_wait)
 
 
 @gemm_op.register_fake
-def _(a: torch.Tensor, b: torch.Tensor, out_dtype: torch.dtype | None = None) -> torch.Tensor:
+def _(a: torch.Tensor, b: torch.Tensor, out_dtype: torch.dtype | None = None,
+      read_before_wait: str = "") -> torch.Tensor:
     # The same checks as the real implementation, so a bad call fails at trace time.
+    api.check_read_before_wait(read_before_wait, None)
     shape, dtype, _, _ = api.validate_shapes_and_dtypes(a, b, None, out_dtype, None)
     return a.new_empty(shape, dtype=dtype)  # contiguous, like the real result
 
 
 def _setup_context(ctx, inputs, output):
-    a, b, _ = inputs
+    a, b = inputs[:2]
     ctx.save_for_backward(a, b)
 
 
@@ -67,7 +71,7 @@ def _gradients(a, b, grad, needs_a: bool, needs_b: bool, product):
 
 def _backward(ctx, grad):
     a, b = ctx.saved_tensors
-    return (*_gradients(a, b, grad, ctx.needs_input_grad[0], ctx.needs_input_grad[1], gemm_op), None)
+    return (*_gradients(a, b, grad, ctx.needs_input_grad[0], ctx.needs_input_grad[1], gemm_op), None, None)
 
 
 gemm_op.register_autograd(_backward, setup_context=_setup_context)
