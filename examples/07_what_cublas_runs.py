@@ -2,7 +2,7 @@
 
 Teaches: cuBLAS's kernel names say how it tiles a GEMM (``torch.profiler`` shows
 them; ``benchmarks/sweep_configs.py`` records them beside its sweeps). For GEMMs
-with 64-512 tokens against a 4096-6144-wide weight they pointed at three levers,
+with 64-512 tokens against a 4096-6144-wide weight they pointed at four levers,
 each shown here with its arithmetic and its measurement on an H200:
 
 1. deep rings for narrow tiles: more bytes in flight per SM (Little's law);

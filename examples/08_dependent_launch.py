@@ -18,8 +18,9 @@ Part 2 times back-to-back calls in a CUDA graph, where the overlap exists, and
 single calls after an unrelated kernel, where it does not. On an H200 (session 40):
 15.4 -> 14.3 -> 13.6 us per call in the graph (plain, dependent, + B before the wait),
 18.7, 18.6 and 18.8 us for single calls (benchmarks/NOTES.md sections 15, 37 and 53
-have the full measurements; the default path turns the knob on for every plan with at
-most 128 tokens and for unsplit 64-row tiles 64 to 128 wide, where it measured faster).
+have the full measurements; the default path turns the knob on for every unbatched
+plan with at most 1024 tokens and for unsplit 64-row tiles 64 to 128 wide, where it
+measured faster).
 
 Needs: any machine for part 1 (compile only); an SM90 GPU (H100 or H200) for part 2,
 which is skipped with a message without one.
