@@ -622,6 +622,8 @@ def gemm_eager(a, b, out=None, out_dtype=None, config=None, read_before_wait="")
                 if len(_plans) >= MAX_PLANS:
                     forget_plans()
                 _plans[key] = plan
+                # The calls gemm() hands to the C++ path (the same condition there):
+                # only theirs are remembered for it.
                 if out is None and out_dtype is None and config is None and not read_before_wait:
                     _remember_plan(a, b, plan)
     return plan.run(a, b, out)
