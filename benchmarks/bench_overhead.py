@@ -77,9 +77,13 @@ def main(argv=None) -> int:
             # Training: the forward of a layer whose input requires grad (records the graph).
             "torch.matmul(a, w.t()), a requires grad": lambda: torch.matmul(a_grad, w.t()),
             "wsgemm.gemm(a, w.t()), a requires grad": lambda: wsgemm.gemm(a_grad, w.t()),
-            # The same two calls without the C++ fast path (wsgemm.fast_path).
+            # Inference's promise of an unwritten weight: its own plan, found in C++ too.
+            'wsgemm.gemm(a, w.t(), read_before_wait="b")': lambda: wsgemm.gemm(a, w.t(), read_before_wait="b"),
+            # The same calls without the C++ fast path (wsgemm.fast_path).
             "wsgemm.gemm(a, w.t()), without the fast path":
                 (lambda: wsgemm.gemm(a, w.t()), wsgemm.api.without_fast_path),
+            'wsgemm.gemm(a, w.t(), read_before_wait="b"), without the fast path':
+                (lambda: wsgemm.gemm(a, w.t(), read_before_wait="b"), wsgemm.api.without_fast_path),
             "wsgemm.gemm(a, w.t()), a requires grad, without the fast path":
                 (lambda: wsgemm.gemm(a_grad, w.t()), wsgemm.api.without_fast_path),
         }

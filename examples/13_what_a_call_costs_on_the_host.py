@@ -54,7 +54,7 @@ def the_lookup(module) -> None:
     cpp_us = microseconds(lambda: module.find(a, w_t))
     print(f"   Python: a tuple of {len(api._signature(a, w_t, None, None, None))} fields (shapes and strides "
           f"as tuples), built and hashed per call: {python_us:.2f} us")
-    print(f"   C++:    14 integers, hashed without Python objects: {cpp_us:.2f} us "
+    print(f"   C++:    15 integers, hashed without Python objects: {cpp_us:.2f} us "
           f"({python_us / cpp_us:.0f}x less)")
     other = a.t().contiguous().t()  # the same values and shape, column-major: another kernel
     print(f"   the same shape, column-major: {module.find(other, w_t)!r} (another plan: the key holds strides)")

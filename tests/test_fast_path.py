@@ -50,6 +50,22 @@ def test_lookup_keys_shape_stride_dtype_alignment_and_grad_like_the_python_signa
         assert module.find(x, y) is None, why
 
 
+def test_the_promise_of_unwritten_weights_is_part_of_the_key(module, fresh_plans):
+    """``read_before_wait`` changes the kernel (which operand loads before the wait),
+    so a promised call and a plain one never share a plan; a value the Python path
+    rejects is never cached."""
+    a, b = operand(64, 32), operand(32, 48)
+    assert module.remember(a, b, "promised b", read_before_wait="b")
+    assert module.find(a, b, "b") == "promised b"
+    assert module.find(a, b) is None and module.find(a, b, "a") is None
+    assert module.remember(a, b, "plain")
+    assert module.find(a, b, "") == "plain" and module.find(a, b, "b") == "promised b"
+    for invalid in ("w", "ab", None, 2, b"b"):
+        assert module.find(a, b, invalid) is None, invalid
+        assert not module.remember(a, b, "run", read_before_wait=invalid), invalid
+    assert module.plans_remembered() == 2
+
+
 def test_calls_that_need_the_python_path_are_never_cached(module, fresh_plans):
     a, b = operand(64, 32), operand(32, 48)
     assert module.remember(a, b, "run")
@@ -138,6 +154,24 @@ def test_a_cached_direct_plan_is_launched_from_cpp(module, cpu_products, monkeyp
     module.remember(a, w.t(), plan.run, failing_kernel, 3, list(plan.shape), plan.dtype)
     with pytest.raises(ValueError, match="the launch failed"):
         wsgemm.gemm(a, w.t())
+
+
+def test_a_promised_call_is_launched_from_cpp_and_refused_where_autograd_records(module, cpu_products,
+                                                                                 monkeypatch):
+    """``gemm(x, w.t(), read_before_wait="b")`` is planned once in Python and then
+    found and launched in C++, apart from the plain call's plan; with autograd
+    recording, the C++ call hands it back to Python, which refuses the promise."""
+    promises = []
+    make_plan = api.make_plan
+    monkeypatch.setattr(api, "make_plan", lambda *args: promises.append(args[5]) or make_plan(*args))
+    a, w = torch.randn(7, 5, dtype=torch.float64), torch.randn(6, 5, dtype=torch.float64)
+    for _ in range(2):
+        torch.testing.assert_close(wsgemm.gemm(a, w.t(), read_before_wait="b"), a @ w.t())
+    assert promises == ["b"] and cpu_products == ["run", ((7, 5), (5, 6)), ((7, 5), (5, 6))]
+    wsgemm.gemm(a, w.t())
+    assert promises == ["b", ""] and module.plans_remembered() == 2
+    with pytest.raises(ValueError, match="read_before_wait= is for inference: an input requires grad"):
+        wsgemm.gemm(a.clone().requires_grad_(), w.t(), read_before_wait="b")
 
 
 def test_the_cpp_node_gives_gradients_and_second_order_gradients(module, cpu_products):

@@ -546,8 +546,6 @@ def gemm(a: torch.Tensor, b: torch.Tensor, *, out: torch.Tensor | None = None,
     promise gives a wrong result without an error (say, right after an optimizer step
     or a weight load wrote the operand), so it is off unless asked for; with a
     :class:`GemmConfig`, its own ``read_before_wait`` field says so.
-    Such calls take the Python path, not the C++ one (a few microseconds of host time
-    more, none in a CUDA graph).
 
     When an input requires grad, the call records both gradients for autograd
     (computed by wsgemm too); under ``torch.compile`` it goes through the
@@ -556,10 +554,10 @@ def gemm(a: torch.Tensor, b: torch.Tensor, *, out: torch.Tensor | None = None,
     under ``torch.compile``.
     """
     compiling = torch.compiler.is_compiling()
-    if out is None and out_dtype is None and config is None and not read_before_wait and not compiling:
+    if out is None and out_dtype is None and config is None and not compiling:
         # A cached call: its plan found, run and (if autograd records) recorded in C++
         # (wsgemm.fast_path); None if the Python path below must decide.
-        result = _call_cached(a, b)
+        result = _call_cached(a, b, read_before_wait)
         if result is not None:
             return result
     try:
@@ -624,8 +622,8 @@ def gemm_eager(a, b, out=None, out_dtype=None, config=None, read_before_wait="")
                 _plans[key] = plan
                 # The calls gemm() hands to the C++ path (the same condition there):
                 # only theirs are remembered for it.
-                if out is None and out_dtype is None and config is None and not read_before_wait:
-                    _remember_plan(a, b, plan)
+                if out is None and out_dtype is None and config is None:
+                    _remember_plan(a, b, plan, read_before_wait)
     return plan.run(a, b, out)
 
 
@@ -637,17 +635,17 @@ def forget_plans() -> None:
         module.forget()
 
 
-def _call_cached_first(a, b):
+def _call_cached_first(a, b, read_before_wait=""):
     """The first call loads (or builds) the fast path; later calls go straight to it."""
     global _call_cached
     module = fast_path.load()
     if module is not None:
         _ops()  # sets the node's backward (ops.py) before a node can be recorded
     _call_cached = module.call if module is not None else _no_cached_call
-    return _call_cached(a, b)
+    return _call_cached(a, b, read_before_wait)
 
 
-def _no_cached_call(a, b):
+def _no_cached_call(a, b, read_before_wait=""):
     return None
 
 
@@ -666,16 +664,16 @@ def without_fast_path():
         _call_cached, ops._record_product = call, record
 
 
-def _remember_plan(a, b, plan: Plan) -> None:
+def _remember_plan(a, b, plan: Plan, read_before_wait: str) -> None:
     """The plan for the fast path's lookup; a direct plan without a workspace (on one
     GPU: several need a device switch first) is launched from C++ itself."""
     module = fast_path.load()
     if module is None:
         return
     if plan.launches_directly and not _several_gpus():
-        module.remember(a, b, plan.run, plan.kernel, plan.clusters, plan.shape, plan.dtype)
+        module.remember(a, b, plan.run, plan.kernel, plan.clusters, plan.shape, plan.dtype, read_before_wait)
     else:
-        module.remember(a, b, plan.run)
+        module.remember(a, b, plan.run, read_before_wait=read_before_wait)
 
 
 _call_cached = _call_cached_first

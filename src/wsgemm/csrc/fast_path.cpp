@@ -4,9 +4,11 @@
 //
 // 1. Finding a call's plan. The Python key (shapes, strides, dtypes, devices and
 //    base-address alignment of both operands, as a tuple) costs ~0.9 us to build
-//    and hash on the development CPU; the same key as 14 integers costs ~0.15 us.
+//    and hash on the development CPU; the same key as 15 integers costs ~0.15 us.
 //    Only calls without out=, out_dtype= or config= use it (call()): every other
-//    call goes down the Python path, which validates and plans.
+//    call goes down the Python path, which validates and plans. read_before_wait=
+//    is the key's last word: the promise changes the kernel (which operand loads
+//    before the dependent launch's wait), so a promised call has its own plan.
 // 2. Launching it. A direct plan's result is allocated with at::empty and its
 //    TVM-FFI kernel called by vectorcall: no Python frame, no argument parsing.
 // 3. Recording the product for autograd. torch.autograd.Function's apply builds a
@@ -41,9 +43,11 @@ const c10::DispatchKeySet kFunctorchKeys{c10::DispatchKey::FuncTorchBatched,
                                          c10::DispatchKey::FuncTorchGradWrapper};
 
 // The plan cache's key: per operand, one word of (dims, dtype, device, alignment)
-// and up to three sizes and three strides (wsgemm multiplies 2-D and 3-D operands).
+// and up to three sizes and three strides (wsgemm multiplies 2-D and 3-D operands);
+// then the operand that read_before_wait names.
 constexpr int kWordsPerOperand = 7;
-using PlanKey = std::array<int64_t, 2 * kWordsPerOperand>;
+constexpr int kKeyWords = 2 * kWordsPerOperand + 1;
+using PlanKey = std::array<int64_t, kKeyWords>;
 
 struct PlanKeyHash {
   size_t operator()(const PlanKey& key) const noexcept {
@@ -119,30 +123,46 @@ bool describe(PyObject* object, int64_t* words) {
   return true;
 }
 
-bool plan_key(py::handle a, py::handle b, PlanKey& key) {
-  return describe(a.ptr(), key.data()) && describe(b.ptr(), key.data() + kWordsPerOperand);
+// read_before_wait as a key word: 0 for "", 1 for "a", 2 for "b"; -1 for anything
+// else, which is not cacheable (the Python path raises its error).
+int64_t early_operand_word(py::handle read_before_wait) {
+  PyObject* text = read_before_wait.ptr();
+  if (!PyUnicode_Check(text) || PyUnicode_GET_LENGTH(text) > 1) {
+    return -1;
+  }
+  if (PyUnicode_GET_LENGTH(text) == 0) {
+    return 0;
+  }
+  const Py_UCS4 operand = PyUnicode_READ_CHAR(text, 0);
+  return operand == 'a' ? 1 : operand == 'b' ? 2 : -1;
 }
 
-const RememberedPlan* remembered(py::handle a, py::handle b) {
+bool plan_key(py::handle a, py::handle b, py::handle read_before_wait, PlanKey& key) {
+  key[kKeyWords - 1] = early_operand_word(read_before_wait);
+  return key[kKeyWords - 1] >= 0 && describe(a.ptr(), key.data()) &&
+         describe(b.ptr(), key.data() + kWordsPerOperand);
+}
+
+const RememberedPlan* remembered(py::handle a, py::handle b, py::handle read_before_wait) {
   PlanKey key;
-  if (!plan_key(a, b, key)) {
+  if (!plan_key(a, b, read_before_wait, key)) {
     return nullptr;
   }
   const auto found = g_plans->find(key);
   return found == g_plans->end() ? nullptr : &found->second;
 }
 
-py::object find(py::handle a, py::handle b) {
-  const RememberedPlan* plan = remembered(a, b);
+py::object find(py::handle a, py::handle b, py::handle read_before_wait) {
+  const RememberedPlan* plan = remembered(a, b, read_before_wait);
   return plan == nullptr ? py::none() : plan->run;
 }
 
 // run: the plan's run(a, b, out). For a direct plan also kernel, clusters, and the
 // result's shape and dtype (its device is a's: the key holds a's device).
 bool remember(py::handle a, py::handle b, py::object run, py::object kernel, py::object clusters,
-              std::vector<int64_t> shape, py::handle dtype) {
+              std::vector<int64_t> shape, py::handle dtype, py::handle read_before_wait) {
   PlanKey key;
-  if (!plan_key(a, b, key)) {
+  if (!plan_key(a, b, read_before_wait, key)) {
     return false;
   }
   RememberedPlan plan{std::move(run), std::move(kernel), std::move(clusters), std::move(shape)};
@@ -265,18 +285,20 @@ py::object record(Product&& product, py::handle a, py::handle b) {
   return result;
 }
 
-// A cached call of wsgemm.gemm(a, b): the remembered plan runs, and is recorded for
-// autograd if an operand requires grad. None where the Python path must decide: no
-// plan remembered (or not cacheable), or functorch transforms are active.
-py::object call(py::handle a, py::handle b) {
-  const RememberedPlan* plan = remembered(a, b);
+// A cached call of wsgemm.gemm(a, b, read_before_wait=...): the remembered plan
+// runs, and is recorded for autograd if an operand requires grad. None where the
+// Python path must decide: no plan remembered (or not cacheable), functorch
+// transforms are active, or a promise of unwritten weights where autograd records
+// (the Python path refuses it: an optimizer step writes them).
+py::object call(py::handle a, py::handle b, py::handle read_before_wait) {
+  const RememberedPlan* plan = remembered(a, b, read_before_wait);
   if (plan == nullptr) {
     return py::none();
   }
   if (!autograd_records(a, b)) {
     return run_plan(*plan, a, b);
   }
-  if (functorch_transforms_active()) {
+  if (functorch_transforms_active() || early_operand_word(read_before_wait) != 0) {
     return py::none();
   }
   return record([&] { return run_plan(*plan, a, b); }, a, b);
@@ -299,11 +321,14 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.doc() = "wsgemm's host fast path (see wsgemm/fast_path.py)";
   py::object parameter = py::module_::import("torch.nn").attr("Parameter");
   g_parameter_type = reinterpret_cast<PyTypeObject*>(parameter.release().ptr());  // kept for good
-  m.def("call", &call, "A cached call: the remembered plan's result (recorded for autograd), or None");
-  m.def("find", &find, "The run function remembered for this call signature, or None");
+  m.def("call", &call, "A cached call: the remembered plan's result (recorded for autograd), or None",
+        py::arg("a"), py::arg("b"), py::arg("read_before_wait") = py::str(""));
+  m.def("find", &find, "The run function remembered for this call signature, or None", py::arg("a"),
+        py::arg("b"), py::arg("read_before_wait") = py::str(""));
   m.def("remember", &remember, "Remember a plan for this call signature; False if it cannot be cached",
         py::arg("a"), py::arg("b"), py::arg("run"), py::arg("kernel") = py::none(), py::arg("clusters") = py::none(),
-        py::arg("shape") = std::vector<int64_t>(), py::arg("dtype") = py::none());
+        py::arg("shape") = std::vector<int64_t>(), py::arg("dtype") = py::none(),
+        py::arg("read_before_wait") = py::str(""));
   m.def("forget", &forget, "Forget every remembered plan");
   m.def("plans_remembered", &plans_remembered);
   m.def("set_backward", &set_backward);
