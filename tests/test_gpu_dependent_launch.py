@@ -132,6 +132,25 @@ def test_the_default_plans_promise_of_unwritten_weights_in_eager_calls_and_graph
     check_graph_replays(chain, x0, ws, outs)
 
 
+def test_promised_calls_found_in_cpp_read_each_predecessors_result():
+    """The same promise without ``out=``: the first chain plans each step in Python,
+    the later ones find and launch them in C++ (``wsgemm.fast_path``), each step's
+    weight loaded before its wait and its activations after."""
+    m, k = 16, 4096
+    ws = [w.t() for w in weights(k, STEPS)]
+    module = wsgemm.fast_path.load()
+    for _ in range(3):
+        x0 = rand(m, k)
+        outs, x = [], x0
+        for w in ws:
+            x = wsgemm.gemm(x, w, read_before_wait="b")
+            outs.append(x)
+        torch.cuda.synchronize()
+        check_chain(x0, ws, outs)
+    if module is not None:  # built here; else the Python path ran all three chains
+        assert module.find(x0, ws[0], "b") is not None and module.find(x0, ws[0]) is None
+
+
 def test_a_call_does_not_overwrite_what_its_predecessor_still_reads():
     """Write after read: the second call's output is the first call's input. The
     first call is long (K = 16384) and the second short, so an early store would
