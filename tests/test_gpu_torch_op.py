@@ -107,6 +107,43 @@ def test_torch_compile_carries_the_weights_read_before_the_wait(backend):
             assert rel(compiled(x), reference(x)) < 2e-2
 
 
+def test_linear_layers_reading_their_weights_before_the_wait_read_each_others_outputs():
+    """A decode-sized chain of ``wsgemm.nn.Linear`` layers that promise their
+    (initialised, then synchronized) weights: eager and replayed from a CUDA graph,
+    each layer reads the output the layer before wrote."""
+    layers = [wsgemm.nn.Linear(1024, 1024, bias=False, dtype=torch.bfloat16, device="cuda") for _ in range(4)]
+    for layer in layers:
+        layer.read_weight_before_wait = True
+    torch.cuda.synchronize()  # the weights' initialisation wrote them
+
+    def chain(x):
+        for layer in layers:
+            x = layer(x)
+        return x
+
+    def reference(x):
+        x = x.float()
+        for layer in layers:
+            x = (x @ layer.weight.float().t()).to(torch.bfloat16).float()
+        return x
+
+    with torch.inference_mode():
+        for _ in range(2):
+            x = torch.randn(16, 1024, device="cuda").to(torch.bfloat16)
+            assert rel(chain(x), reference(x)) < 2e-2
+        static_x = torch.randn(16, 1024, device="cuda").to(torch.bfloat16)
+        torch.cuda.synchronize()
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            static_y = chain(static_x)
+        for _ in range(3):
+            static_x.copy_(torch.randn(16, 1024, device="cuda").to(torch.bfloat16))
+            static_y.fill_(float("nan"))
+            graph.replay()
+            torch.cuda.synchronize()
+            assert rel(static_y, reference(static_x)) < 2e-2
+
+
 def test_graph_capture_of_a_linear_layer_replays_new_inputs():
     layer = wsgemm.nn.Linear(256, 384, dtype=torch.bfloat16, device="cuda")
     x = torch.randn(64, 256, device="cuda").to(torch.bfloat16)

@@ -110,6 +110,32 @@ def test_linear_is_a_drop_in_for_torch_linear():
     assert set(shared.state_dict()) == {"weight", "bias"}
 
 
+def test_linear_promises_its_weight_only_where_asked_and_no_autograd_records(monkeypatch):
+    promised = []
+
+    def gemm(a, b, *, read_before_wait=""):
+        promised.append(read_before_wait)
+        return torch.matmul(a, b)
+
+    monkeypatch.setattr(wsgemm.nn, "gemm", gemm)
+    ref = torch.nn.Linear(32, 16, dtype=torch.float64)
+    x = torch.randn(3, 5, 32, dtype=torch.float64)
+    plain = wsgemm.nn.Linear.from_linear(ref)
+    promising = wsgemm.nn.Linear.from_linear(ref, read_weight_before_wait=True)
+    assert not plain.read_weight_before_wait and promising.read_weight_before_wait
+    with torch.no_grad():
+        torch.testing.assert_close(plain(x), ref(x))
+        torch.testing.assert_close(promising(x), ref(x))
+    with torch.inference_mode():
+        promising(x)
+    promising(x)  # the weight requires grad: autograd records, so no promise
+    frozen = wsgemm.nn.Linear(32, 16, dtype=torch.float64).requires_grad_(False)
+    frozen.read_weight_before_wait = True
+    frozen(x)  # nothing requires grad: nothing records
+    frozen(x.requires_grad_())
+    assert promised == ["", "b", "b", "", "b", ""]
+
+
 def _fake_kernel(monkeypatch):
     """Stand in for the GPU kernel on the CPU (the exact product, in the inputs'
     dtype), so the autograd plumbing runs without a GPU."""

@@ -15,20 +15,34 @@ class Linear(torch.nn.Linear):
     swaps it in. The weight (out_features, in_features) is read as ``weight.t()`` --
     a K-major B operand, no copy. Parameters and inputs must be float16 or bfloat16
     on a supported GPU. The bias is added by PyTorch after the product.
+
+    ``read_weight_before_wait`` (off by default; set it on the layer, or through
+    ``from_linear``) makes ``gemm(..., read_before_wait="b")``'s promise for the
+    weight in calls that record no autograd: in a decode step the weight's first
+    stages then load while the previous wsgemm kernel finishes (benchmarks/NOTES.md
+    section 53). Set it only for inference on weights already written: after writing
+    them (``load_state_dict``, ``copy_``), synchronize before the next forward, or a
+    forward may read the old values without an error. Calls that record autograd
+    never make the promise (an optimizer step writes the weight between them).
     """
 
+    read_weight_before_wait: bool = False
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        y = gemm(x.reshape(-1, x.shape[-1]), self.weight.t())
+        records_autograd = torch.is_grad_enabled() and (x.requires_grad or self.weight.requires_grad)
+        promise = "b" if self.read_weight_before_wait and not records_autograd else ""
+        y = gemm(x.reshape(-1, x.shape[-1]), self.weight.t(), read_before_wait=promise)
         if self.bias is not None:
             y = y + self.bias
         return y.view(*x.shape[:-1], self.out_features)
 
     @classmethod
-    def from_linear(cls, layer: torch.nn.Linear) -> "Linear":
+    def from_linear(cls, layer: torch.nn.Linear, *, read_weight_before_wait: bool = False) -> "Linear":
         """A wsgemm layer sharing ``layer``'s parameters (no copy)."""
         new = cls.__new__(cls)
         torch.nn.Module.__init__(new)
         new.in_features, new.out_features = layer.in_features, layer.out_features
         new.weight = layer.weight
         new.bias = layer.bias
+        new.read_weight_before_wait = read_weight_before_wait
         return new
