@@ -131,17 +131,22 @@ def test_linear_layers_reading_their_weights_before_the_wait_read_each_others_ou
         for _ in range(2):
             x = torch.randn(16, 1024, device="cuda").to(torch.bfloat16)
             assert rel(chain(x), reference(x)) < 2e-2
-        static_x = torch.randn(16, 1024, device="cuda").to(torch.bfloat16)
+        check_graph_replays(chain, torch.randn(16, 1024, device="cuda").to(torch.bfloat16), reference, 2e-2)
+
+
+def check_graph_replays(fn, x, reference, tolerance, replays=3):
+    """Capture ``fn(x)`` (planned and compiled already) in a CUDA graph, then replay it
+    on fresh values of ``x`` into a poisoned output, each checked against ``reference``."""
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        y = fn(x)
+    for _ in range(replays):
+        x.copy_(torch.randn(x.shape, device="cuda").to(x.dtype))
+        y.fill_(float("nan"))
+        graph.replay()
         torch.cuda.synchronize()
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            static_y = chain(static_x)
-        for _ in range(3):
-            static_x.copy_(torch.randn(16, 1024, device="cuda").to(torch.bfloat16))
-            static_y.fill_(float("nan"))
-            graph.replay()
-            torch.cuda.synchronize()
-            assert rel(static_y, reference(static_x)) < 2e-2
+        assert rel(y, reference(x)) < tolerance
 
 
 def test_graph_capture_of_a_linear_layer_replays_new_inputs():
@@ -149,16 +154,8 @@ def test_graph_capture_of_a_linear_layer_replays_new_inputs():
     x = torch.randn(64, 256, device="cuda").to(torch.bfloat16)
     with torch.no_grad():
         layer(x)  # plan and compile outside the capture
-        torch.cuda.synchronize()
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            y = layer(x)
-        for _ in range(2):
-            x.copy_(torch.randn(64, 256, device="cuda").to(torch.bfloat16))
-            graph.replay()
-            torch.cuda.synchronize()
-            ref = torch.nn.functional.linear(x.float(), layer.weight.float(), layer.bias.float())
-            assert rel(y, ref) < 1e-2
+        check_graph_replays(layer, x, lambda x: torch.nn.functional.linear(x.float(), layer.weight.float(),
+                                                                          layer.bias.float()), 1e-2, replays=2)
 
 
 def test_cached_calls_of_other_layouts_and_alignments_get_their_own_plans():
