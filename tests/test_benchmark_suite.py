@@ -599,12 +599,16 @@ def test_a_baseline_exports_another_commits_package_beside_this_one(tmp_path):
     rev, sha = (target / "BASELINE_REV").read_text().split()
     assert rev == "HEAD" and len(sha) == 40
     env = {**os.environ, "PYTHONPATH": f"{tmp_path}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
-    code = ("import wsgemm, wsgemm_base; print(wsgemm_base.__file__); "
-            "print(wsgemm_base.GemmConfig is not wsgemm.GemmConfig)")
+    code = ("import torch, wsgemm, wsgemm_base, wsgemm.ops, wsgemm_base.ops; print(wsgemm_base.__file__); "
+            "print(wsgemm_base.GemmConfig is not wsgemm.GemmConfig); "
+            "print(torch.ops.wsgemm.gemm.default is not torch.ops.wsgemm_base.gemm.default)")
     out = subprocess.run([sys.executable, "-c", code], env=env, check=True, capture_output=True, text=True).stdout
-    assert out.split() == [str(target / "__init__.py"), "True"]
+    assert out.split() == [str(target / "__init__.py"), "True", "True"]  # each package its own operator
     with pytest.raises(subprocess.CalledProcessError):
         baseline.export("no-such-commit", tmp_path)
+    older = b'_OP = "wsgemm::gemm"\n@torch.library.custom_op(_OP, mutates_args=())'
+    assert baseline.renamed(Path("ops.py"), older).startswith(b'_OP = "wsgemm_base::gemm"')
+    assert baseline.renamed(Path("api.py"), older) == older
 
 
 def test_the_suite_offers_the_baseline_only_when_it_is_on_the_path(suite):

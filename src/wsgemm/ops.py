@@ -1,21 +1,21 @@
 """``torch.ops.wsgemm.gemm``: wsgemm as a PyTorch operator, and eager autograd.
 
-Registered with ``torch.library.custom_op`` so that ``torch.compile`` traces it
-without graph breaks (the fake implementation gives shapes, dtypes and strides),
-and with an autograd formula that computes both gradients with wsgemm itself:
-dA = dD @ B^T and dB = A^T @ dD, where the transposes are views (the kernels read
-either major mode), so no operand is copied.
+Defined with a ``torch.library.Library`` schema, a fake implementation (shapes,
+dtypes and strides, so that ``torch.compile`` traces it without graph breaks) and an
+autograd formula that computes both gradients with wsgemm itself: dA = dD @ B^T and
+dB = A^T @ dD, where the transposes are views (the kernels read either major mode),
+so no operand is copied. Not with ``torch.library.custom_op``, which wraps the same
+registrations in Python that checks the output for aliasing on every call: on the
+H200's host a call through the operator took 35.3 us this way and 39.4 us through
+custom_op, side by side (64x64x64; 17.1 against 9.6 us on the development CPU with a
+stand-in kernel; benchmarks/NOTES.md section 56).
 
 ``wsgemm.gemm`` calls the kernel directly in eager mode without autograd; with an
 input that requires grad it records the same formula as one C++ autograd node (the
 fast path's ``record_product``, :func:`gemm_with_autograd`), or, where that is not
 built and for functorch transforms, runs :class:`EagerGemm`, a plain
 ``torch.autograd.Function``; only while ``torch.compile`` traces does it go through
-the operator. The operator's dispatch costs more than the product of a small GEMM:
-custom_op runs Python at the autograd and the backend dispatch keys and checks the
-output for aliasing on every call (measured on a CPU: ~18 us per call with an input
-that requires grad, against ~4 us for ``autograd.Function.apply`` and under 1 us for
-the C++ node).
+the operator, whose dispatch still runs Python at the autograd and the backend keys.
 """
 
 from __future__ import annotations
@@ -24,24 +24,36 @@ import torch
 
 from . import api, fast_path
 
-_OP = "wsgemm::gemm"
+# The package's own name: benchmarks/baseline.py imports an older wsgemm beside this
+# one as wsgemm_base, whose operator must not take (or clash with) this one's name.
+_NAMESPACE = __name__.split(".")[0]
+_OP = f"{_NAMESPACE}::gemm"
+_library = torch.library.Library(_NAMESPACE, "DEF")  # kept alive: dropping it unregisters the operator
+# No alias annotations: a new tensor, inputs unchanged (what custom_op's mutates_args=() says).
+_library.define("gemm(Tensor a, Tensor b, ScalarType? out_dtype=None, str read_before_wait='') -> Tensor")
 
 
-@torch.library.custom_op(_OP, mutates_args=())
-def gemm_op(a: torch.Tensor, b: torch.Tensor, out_dtype: torch.dtype | None = None,
-            read_before_wait: str = "") -> torch.Tensor:
+def _gemm_kernel(a: torch.Tensor, b: torch.Tensor, out_dtype: torch.dtype | None = None,
+                 read_before_wait: str = "") -> torch.Tensor:
     """``a @ b``; see :func:`wsgemm.gemm` (``read_before_wait`` there: inference only,
     ``wsgemm.gemm`` refuses it where autograd records)."""
     return api.gemm_eager(a, b, None, out_dtype, None, read_before_wait)
 
 
-@gemm_op.register_fake
+# Every backend: gemm_eager itself says which devices and dtypes it takes.
+_library.impl("gemm", _gemm_kernel, "CompositeExplicitAutograd")
+
+
+@torch.library.register_fake(_OP)
 def _(a: torch.Tensor, b: torch.Tensor, out_dtype: torch.dtype | None = None,
       read_before_wait: str = "") -> torch.Tensor:
     # The same checks as the real implementation, so a bad call fails at trace time.
     api.check_read_before_wait(read_before_wait, None)
     shape, dtype, _, _ = api.validate_shapes_and_dtypes(a, b, None, out_dtype, None)
     return a.new_empty(shape, dtype=dtype)  # contiguous, like the real result
+
+
+gemm_op = getattr(torch.ops, _NAMESPACE).gemm.default
 
 
 def _setup_context(ctx, inputs, output):
@@ -74,7 +86,7 @@ def _backward(ctx, grad):
     return (*_gradients(a, b, grad, ctx.needs_input_grad[0], ctx.needs_input_grad[1], gemm_op), None, None)
 
 
-gemm_op.register_autograd(_backward, setup_context=_setup_context)
+torch.library.register_autograd(_OP, _backward, setup_context=_setup_context)
 
 
 def _eager_product(x, y, out_dtype):
