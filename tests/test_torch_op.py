@@ -136,6 +136,17 @@ def test_linear_promises_its_weight_only_where_asked_and_no_autograd_records(mon
     assert promised == ["", "b", "b", "", "b", ""]
 
 
+def test_a_compiled_linear_carries_its_promise_into_the_traced_operator():
+    layer = wsgemm.nn.Linear(32, 64, bias=False, dtype=torch.bfloat16, device="meta")
+    layer.read_weight_before_wait = True
+    x = torch.empty(8, 32, dtype=torch.bfloat16, device="meta")
+    with torch.no_grad():
+        explanation = torch._dynamo.explain(layer)(x)
+    assert explanation.graph_break_count == 0
+    calls = [n for g in explanation.graphs for n in g.graph.nodes if "wsgemm" in str(n.target)]
+    assert len(calls) == 1 and "b" in calls[0].args
+
+
 def _fake_kernel(monkeypatch):
     """Stand in for the GPU kernel on the CPU (the exact product, in the inputs'
     dtype), so the autograd plumbing runs without a GPU."""
