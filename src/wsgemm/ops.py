@@ -7,7 +7,7 @@ dB = A^T @ dD, where the transposes are views (the kernels read either major mod
 so no operand is copied. Not with ``torch.library.custom_op``, which wraps the same
 registrations in Python that checks the output for aliasing on every call: on the
 H200's host a call through the operator took 35.3 us this way and 39.4 us through
-custom_op, side by side (64x64x64; 17.1 against 9.6 us on the development CPU with a
+custom_op, side by side (64x64x64; 9.6 against 17.1 us on the development CPU with a
 stand-in kernel; benchmarks/NOTES.md section 56).
 
 ``wsgemm.gemm`` calls the kernel directly in eager mode without autograd; with an
