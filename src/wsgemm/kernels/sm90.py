@@ -333,15 +333,16 @@ class Sm90Gemm(GemmKernelBase):
 
         # The ring position of the next k-block to load, across tiles.
         slot, parity = ring.producer_start()
+        early = self.config.read_before_wait  # "", or the operand the previous kernel does not write
         token = Boolean(False)
-        if cutlass.const_expr(self.lookahead == cfg.Lookahead.BEFORE_COPY):
+        if cutlass.const_expr(self.lookahead == cfg.Lookahead.BEFORE_COPY and not early):
+            # (An early read fills the first stages itself and probes the slot after them.)
             token = ring.producer_try_acquire(slot, parity)
 
         splits, stream = self.config.split_k, self.config.stream_k
         units = clusters_m * clusters_n * batches
         steps = scheduler.steps_of_cluster(cluster_id, units, num_clusters, k_blocks, splits, stream)
         step = Int32(0)
-        early = self.config.read_before_wait  # "", or the operand the previous kernel does not write
         if cutlass.const_expr(self.config.dependent_launch and not early):
             # Launched while the previous kernel may still be writing: no global
             # memory access before it has finished and flushed. (With an early read the
@@ -374,7 +375,7 @@ class Sm90Gemm(GemmKernelBase):
             if cutlass.const_expr(early):
                 if step == 0:
                     slot, parity, token, kb_loaded = self.load_first_stages_around_wait(
-                        ring, kb_first, kb_count, tx_bytes,
+                        ring, slot, parity, kb_first, kb_count, tx_bytes,
                         issue_a if early == "a" else issue_b, issue_b if early == "a" else issue_a)
 
             def issue_copies(kb, slot, full):
@@ -393,10 +394,11 @@ class Sm90Gemm(GemmKernelBase):
         ring.producer_tail(slot, parity)
 
     @cute.jit
-    def load_first_stages_around_wait(self, ring: SmemRing, kb_first, kb_count, tx_bytes,
+    def load_first_stages_around_wait(self, ring: SmemRing, slot, parity, kb_first, kb_count, tx_bytes,
                                       issue_early: cutlass.Constexpr, issue_late: cutlass.Constexpr):
-        """The producer's first k-blocks under ``config.read_before_wait``: returns the
-        ring position after them, the look-ahead token and how many there were.
+        """The producer's first k-blocks under ``config.read_before_wait``, from the
+        ring's start (``slot, parity``: slot 0 of the first lap): returns the ring
+        position after them, the look-ahead token and how many there were.
 
         The operand the previous kernel does not write (a weight, at inference) goes
         into the first stages of the still-empty ring before ``griddepcontrol.wait``,
@@ -407,8 +409,8 @@ class Sm90Gemm(GemmKernelBase):
         predecessor left running) the other operand's first box queues behind them
         (``cfg.READ_BEFORE_WAIT_BYTES``)."""
         count = cutlass.min(kb_count, cfg.stages_read_before_wait(self.spec))
-        slot, parity = ring.producer_start()
-        # Slots of the ring's first lap are empty: acquiring them never waits.
+        # Slots of the ring's first lap are empty: acquiring them never waits, and
+        # k-block kb of the piece goes into slot kb.
         for kb in cutlass.range(count, unroll=1):
             ring.producer_acquire(kb, parity, Boolean(True), Boolean(True), tx_bytes)
             issue_early(kb_first + kb, kb, ring.full_base + kb)
