@@ -4,8 +4,8 @@ committed sweep: a check of a model change on the CPU before it costs GPU time.
     python benchmarks/model_regret.py
     python benchmarks/model_regret.py --set split_fixup_per_extra_split_s=0 --worst 20
 
-Reads the ``sweep_configs.py`` results under ``benchmarks/results/`` (any JSON that
-holds them, however nested), keeps each problem with a ``B = W.t()`` weight timed in
+Reads the ``sweep_configs.py`` results under ``benchmarks/results/``, its archive
+included (any JSON that holds them, however nested), keeps each problem with a ``B = W.t()`` weight timed in
 at least two plans the model can rate (labels such as ``swap 128x80 c1x2 split2``,
 and ``default`` / ``model#`` labels in the short config form, ring depth ignored), and
 rates each plan with :func:`wsgemm.heuristics.estimate_seconds` (``--set`` changes a
@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import gzip
 import json
 import math
 import re
@@ -31,10 +30,11 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import result_files  # noqa: E402
 from wsgemm import heuristics  # noqa: E402
 
-RESULTS = Path(__file__).resolve().parent / "results"
 SMS = 132  # the H200 the sweeps ran on
 # sweep_configs.grid's labels, and GemmConfig.short() (the default path's plan)
 GRID_LABEL = re.compile(r"^(swap )?(\d+)x(\d+) c(\d)x(\d)(?: split(\d+))?$")
@@ -98,16 +98,15 @@ def timed_problems(tree, source: str, found: list) -> None:
         timed_problems(value, source, found)
 
 
-def load_sweeps(folder: Path = RESULTS) -> list:
+def load_sweeps(folder: Path = result_files.RESULTS) -> list:
+    """Every swept problem of the reports in ``folder``, archived ones included."""
     found = []
-    for path in sorted(folder.glob("*.json*")):
-        opener = gzip.open if path.suffix == ".gz" else open
+    for name, data in result_files.reports(folder):
         try:
-            with opener(path, "rt") as f:
-                tree = json.load(f)
-        except (OSError, ValueError):
+            tree = json.loads(data)
+        except ValueError:
             continue
-        timed_problems(tree, path.name, found)
+        timed_problems(tree, name, found)
     return found
 
 

@@ -1,8 +1,8 @@
 """Write ``src/wsgemm/tuned_table.py``: the autotuner's measured winners, shipped as
 the default configuration for those shape buckets on that GPU.
 
-    python benchmarks/tuned_table.py benchmarks/results/autotune_h200_a.json \
-        benchmarks/results/autotune_h200_b.json [--superseding newer.json ...]
+    python benchmarks/tuned_table.py benchmarks/results/autotune_h200_c.json.gz \
+        benchmarks/results/autotune_h200_d.json.gz [--superseding newer.json ...]
 
 Each input is an ``autotune.json`` written by ``config="autotune"`` (here: two runs
 of the LLM + decode suite on an H200, benchmarks/NOTES.md section 13). Where several

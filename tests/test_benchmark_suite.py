@@ -668,6 +668,41 @@ def test_result_files_are_plain_or_gzipped_by_their_name(tmp_path):
     assert (tmp_path / "run.json.gz").read_bytes() == gzipped  # no timestamp: same report, same bytes
 
 
+def test_reports_moved_into_the_archive_are_read_by_the_names_they_had(tmp_path):
+    files = load("result_files")
+    reports = {"sweep_a.json.gz": {"shape": [64, 4096, 4096], "us": {"128x64 c1x1": [12.5, 12.0, 13.1]}},
+               "sweep_b.json": {"shape": [128, 8192, 4096], "us": {"64x128 c2x1": [20.25, 20.0, 21.0]}}}
+    for name, report in reports.items():
+        files.write_text(tmp_path / name, json.dumps(report))
+    files.move_into_archive([tmp_path / "sweep_a.json.gz"])
+    files.move_into_archive([tmp_path / "sweep_b.json"])
+    assert sorted(p.name for p in tmp_path.iterdir()) == [files.ARCHIVE]
+    for name, report in reports.items():
+        assert files.load_json(tmp_path / name) == report
+    assert [(name, json.loads(data)) for name, data in files.reports(tmp_path)] == [
+        ("sweep_a.json", reports["sweep_a.json.gz"]), ("sweep_b.json", reports["sweep_b.json"])]
+    # The same reports give the same bytes, whatever order they came in.
+    packed = (tmp_path / files.ARCHIVE).read_bytes()
+    files.write_archive(tmp_path, dict(reversed(list(files.archived(tmp_path).items()))))
+    assert (tmp_path / files.ARCHIVE).read_bytes() == packed
+    files.write_text(tmp_path / "sweep_a.json.gz", "{}")
+    with pytest.raises(ValueError, match="sweep_a.json is archived already"):
+        files.move_into_archive([tmp_path / "sweep_a.json.gz"])
+    with pytest.raises(FileNotFoundError):
+        files.read_bytes(tmp_path / "sweep_c.json.gz")
+
+
+def test_result_files_show_prints_an_archived_report_and_names_a_missing_one(tmp_path, capsys):
+    files = load("result_files")
+    files.write_text(tmp_path / "run.json.gz", json.dumps({"us": [1.5]}))
+    files.move_into_archive([tmp_path / "run.json.gz"])
+    assert files.main(["show", str(tmp_path / "run.json.gz")]) == 0
+    assert json.loads(capsys.readouterr().out) == {"us": [1.5]}
+    with pytest.raises(SystemExit) as exit_info:
+        files.main(["show", str(tmp_path / "other.json.gz")])
+    assert exit_info.value.code == 1 and "no report other.json.gz" in capsys.readouterr().err
+
+
 def test_clock_throttle_table_names_the_fastest_candidate_and_unsampled_phases():
     clock_throttle = load("clock_throttle")
 

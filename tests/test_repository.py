@@ -2,7 +2,9 @@
 untracked ones git does not ignore) beside the ~62 MB DSL bundle, within 64 MiB, so
 the project keeps that tree under 2 MiB (results as compressed JSON, small plots)."""
 
+import re
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -26,3 +28,40 @@ def test_the_tree_a_device_call_carries_stays_under_two_mib():
     largest = ", ".join(f"{name} ({size} B)" for size, name in sizes[:5])
     assert total < TREE_BUDGET_BYTES, (f"the tree is {total} bytes, over {TREE_BUDGET_BYTES}: condense notes or "
                                        f"results before adding more; largest: {largest}")
+
+
+def expand_braces(name: str) -> list[str]:
+    """``sweep_{a,b}.json.gz`` -> the names it abbreviates, as a shell would."""
+    match = re.search(r"\{([^{}]*)\}", name)
+    if not match:
+        return [name]
+    return [full for choice in match.group(1).split(",")
+            for full in expand_braces(name[:match.start()] + choice + name[match.end():])]
+
+
+def test_every_result_the_code_and_notes_cite_is_in_the_tree():
+    """A ``results/<name>`` cited in a doc, a docstring or a comment names a file under
+    ``benchmarks/results/`` or a report in its archive; a table (``.md``) may be left to
+    regenerate from its report. A line that says the file was removed is history."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        import result_files
+    finally:
+        sys.path.pop(0)
+    results = ROOT / "benchmarks" / "results"
+    kept = {path.name for path in results.iterdir()} | set(result_files.archived(results))
+    cited = re.compile(r"results/([\w{},.-]+?\.(?:json\.gz|json|md|png))")
+    missing = []
+    for path in carried_files():
+        if path.suffix not in (".md", ".py") or results in path.parents:
+            continue
+        for number, line in enumerate(path.read_text().splitlines(), 1):
+            if "removed in" in line or "left the tree" in line:
+                continue
+            for name in (full for written in cited.findall(line) for full in expand_braces(written)):
+                report = result_files.report_name(name)
+                stem = report.removesuffix(".md")
+                if not ({name, report, name + ".gz"} & kept
+                        or name.endswith(".md") and {stem + ".json", stem + ".json.gz"} & kept):
+                    missing.append(f"{path.relative_to(ROOT)}:{number}: {name}")
+    assert not missing, "cited but not in benchmarks/results/ or its archive:\n" + "\n".join(missing)
