@@ -54,18 +54,21 @@ def per_call_us(impls: dict, calls: int, repeats: int) -> dict:
             for name, v in samples.items()}
 
 
-def custom_op_twin():
-    """``torch.ops.wsgemm.gemm`` as it was registered before session 41, through
-    ``torch.library.custom_op`` (its Python wrappers check the output for aliasing on
-    every call), on the same kernel path: the dispatch cost that registration adds."""
-    @torch.library.custom_op("wsgemm_bench::gemm", mutates_args=())
-    def twin(a: torch.Tensor, b: torch.Tensor, out_dtype: torch.dtype | None = None,
-             read_before_wait: str = "") -> torch.Tensor:
-        return wsgemm.api.gemm_eager(a, b, None, out_dtype, None, read_before_wait)
+def python_kernels_twin():
+    """``torch.ops.wsgemm.gemm`` as registered before session 42: the same schema and
+    fake, with the backend kernel (``wsgemm.ops._gemm_kernel``) and the autograd
+    formula (``torch.library.register_autograd``) in Python, on the same kernel path:
+    what the C++ registrations of the fast path save per call."""
+    from wsgemm import ops
 
-    twin.register_fake(lambda a, b, out_dtype=None, read_before_wait="": a.new_empty(a.shape[0], b.shape[1]))
-    twin.register_autograd(lambda ctx, grad: (None, None, None, None))
-    return torch.ops.wsgemm_bench.gemm.default
+    library = torch.library.Library("wsgemm_bench", "DEF")
+    library.define("gemm(Tensor a, Tensor b, ScalarType? out_dtype=None, str read_before_wait='') -> Tensor")
+    library.impl("gemm", ops._gemm_kernel, "CompositeExplicitAutograd")
+    torch.library.register_fake("wsgemm_bench::gemm", lambda a, b, out_dtype=None, read_before_wait="": a.new_empty(a.shape[-2], b.shape[-1]),
+                                lib=library)
+    torch.library.register_autograd("wsgemm_bench::gemm", ops._backward, setup_context=ops._setup_context,
+                                    lib=library)
+    return library, torch.ops.wsgemm_bench.gemm.default
 
 
 def main(argv=None) -> int:
@@ -77,7 +80,7 @@ def main(argv=None) -> int:
     p.add_argument("--out", default=str(Path(__file__).parent / "results"))
     args = p.parse_args(argv)
     rows = {}
-    twin = custom_op_twin()
+    _library, twin = python_kernels_twin()  # the library is kept: dropping it unregisters the twin
     for m, n, k in ((64, 64, 64), (128, 256, 128)):
         a = torch.randn(m, k, device="cuda").to(torch.bfloat16)
         w = torch.randn(n, k, device="cuda").to(torch.bfloat16)
@@ -88,8 +91,19 @@ def main(argv=None) -> int:
             "torch.matmul(a, w.t(), out=)": lambda: torch.matmul(a, w.t(), out=out),
             "wsgemm.gemm(a, w.t())": lambda: wsgemm.gemm(a, w.t()),
             "wsgemm.gemm(a, w.t(), out=)": lambda: wsgemm.gemm(a, w.t(), out=out),
-            "torch.ops.wsgemm.gemm (dispatcher)": lambda: torch.ops.wsgemm.gemm(a, w.t(), None),
-            "the same operator through torch.library.custom_op": lambda: twin(a, w.t(), None),
+            # The operator (what compiled graphs call), its kernels registered in C++,
+            # beside its twin with Python kernels; torch.no_grad() still enters the
+            # autograd kernel, torch.inference_mode() skips it.
+            "torch.ops.wsgemm.gemm": lambda: torch.ops.wsgemm.gemm(a, w.t(), None),
+            "torch.ops.wsgemm.gemm, Python kernels": lambda: twin(a, w.t(), None),
+            "torch.ops.wsgemm.gemm under no_grad": (lambda: torch.ops.wsgemm.gemm(a, w.t(), None), torch.no_grad),
+            "torch.ops.wsgemm.gemm under no_grad, Python kernels": (lambda: twin(a, w.t(), None), torch.no_grad),
+            "torch.ops.wsgemm.gemm under inference_mode":
+                (lambda: torch.ops.wsgemm.gemm(a, w.t(), None), torch.inference_mode),
+            "torch.ops.wsgemm.gemm under inference_mode, Python kernels":
+                (lambda: twin(a, w.t(), None), torch.inference_mode),
+            "torch.ops.wsgemm.gemm, a requires grad": lambda: torch.ops.wsgemm.gemm(a_grad, w.t(), None),
+            "torch.ops.wsgemm.gemm, a requires grad, Python kernels": lambda: twin(a_grad, w.t(), None),
             # Training: the forward of a layer whose input requires grad (records the graph).
             "torch.matmul(a, w.t()), a requires grad": lambda: torch.matmul(a_grad, w.t()),
             "wsgemm.gemm(a, w.t()), a requires grad": lambda: wsgemm.gemm(a_grad, w.t()),

@@ -256,6 +256,73 @@ def test_without_fast_path_runs_the_python_path_inside_and_restores_it_after(mod
         assert cpu_products[cached:][0] == "run"  # Plan.run from Python, not the C++ launch
 
 
+def test_the_operator_runs_cached_plans_from_cpp_and_records_its_own_node(module, cpu_products):
+    """torch.ops.wsgemm.gemm (what compiled graphs call): its kernels are the fast
+    path's. A call the cache does not serve is planned in Python; the next one is
+    launched from C++. Where autograd records, one C++ node whose gradients are
+    products through the operator; under no_grad none."""
+    assert ops.KERNELS_REGISTERED_IN == "C++"
+    a, w = torch.randn(7, 5, dtype=torch.float64), torch.randn(6, 5, dtype=torch.float64)
+    torch.testing.assert_close(ops.gemm_op(a, w.t(), None, ""), a @ w.t())
+    assert cpu_products == ["run", ((7, 5), (5, 6))]  # planned, then run by Python
+    cpu_products.clear()
+    a2 = torch.randn(7, 5, dtype=torch.float64)
+    with torch.no_grad():
+        d = ops.gemm_op(a2.requires_grad_(), w.t(), None, "")
+    torch.testing.assert_close(d, a2.detach() @ w.t())
+    assert cpu_products == [((7, 5), (5, 6))] and d.grad_fn is None  # the kernel, called from C++
+    cpu_products.clear()
+    d = ops.gemm_op(a2, w.t(), None, "")
+    assert d.grad_fn.name() == "WsgemmGemmBackward" and cpu_products == [((7, 5), (5, 6))]
+    grad = torch.randn(7, 6, dtype=torch.float64)
+    d.backward(grad)
+    torch.testing.assert_close(a2.grad, grad @ w)
+    assert cpu_products[1] == "run"  # dA = grad @ w, planned through the operator's Python kernel
+    assert torch.autograd.gradcheck(lambda x, y: ops.gemm_op(x, y, None, ""),
+                                    (a2.detach().requires_grad_(), w.t().detach().requires_grad_()))
+    # out_dtype= is never cached: planned in Python every time.
+    cpu_products.clear()
+    for _ in range(2):
+        assert ops.gemm_op(a, w.t(), torch.float32, "").dtype == torch.float32
+    assert cpu_products.count("run") == 2
+
+
+def test_the_operators_errors_keep_their_type_through_the_dispatcher(module, fresh_plans):
+    cpu = torch.randn(4, 4).to(torch.bfloat16)
+    with pytest.raises(wsgemm.DeviceError, match="a is on cpu; wsgemm runs on CUDA tensors"):
+        ops.gemm_op(cpu, cpu, None, "")
+    with pytest.raises(wsgemm.UnsupportedDtypeError, match="a has dtype torch.float32"):
+        ops.gemm_op(cpu.float(), cpu, None, "")
+    with pytest.raises(ValueError, match="read_before_wait='c' must be '', 'a' or 'b'"):
+        ops.gemm_op(cpu, cpu, None, "c")
+
+
+def test_without_the_fast_path_the_operators_kernels_are_pythons():
+    """WSGEMM_FAST_PATH=0 (or no compiler): the operator's backend kernel and its
+    autograd formula are registered in Python, with the same gradients."""
+    import os
+    import subprocess
+    import sys
+
+    code = (
+        "import torch, wsgemm\n"
+        "from wsgemm import api, ops\n"
+        "api.gemm_eager = lambda a, b, out=None, out_dtype=None, config=None, read_before_wait='': a @ b\n"
+        "a = torch.randn(5, 4, dtype=torch.float64, requires_grad=True)\n"
+        "w = torch.randn(4, 3, dtype=torch.float64, requires_grad=True)\n"
+        "d = ops.gemm_op(a, w, None, '')\n"
+        "grad = torch.randn(5, 3, dtype=torch.float64)\n"
+        "d.backward(grad)\n"
+        "torch.testing.assert_close(a.grad, grad @ w.detach().t())\n"
+        "torch.testing.assert_close(w.grad, a.detach().t() @ grad)\n"
+        "print(ops.KERNELS_REGISTERED_IN, 'Wsgemm' in d.grad_fn.name())\n")
+    env = dict(os.environ, WSGEMM_FAST_PATH="0")
+    result = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300,
+                            check=False)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.split() == ["Python", "False"]
+
+
 def test_disabled_by_the_environment(monkeypatch):
     monkeypatch.setenv("WSGEMM_FAST_PATH", "0")
     assert not fast_path.enabled_by_environment()

@@ -40,8 +40,6 @@ def _gemm_kernel(a: torch.Tensor, b: torch.Tensor, out_dtype: torch.dtype | None
     return api.gemm_eager(a, b, None, out_dtype, None, read_before_wait)
 
 
-# Every backend: gemm_eager itself says which devices and dtypes it takes.
-_library.impl("gemm", _gemm_kernel, "CompositeExplicitAutograd")
 
 
 @torch.library.register_fake(_OP)
@@ -81,12 +79,33 @@ def _gradients(a, b, grad, needs_a: bool, needs_b: bool, product):
     return grad_a, grad_b
 
 
+def _operator_backward(grad, a, b, needs_a: bool, needs_b: bool):
+    """(dA, dB) of the operator: products through the operator itself, which
+    ``torch.compile`` traces."""
+    return _gradients(a, b, grad, needs_a, needs_b, gemm_op)
+
+
 def _backward(ctx, grad):
     a, b = ctx.saved_tensors
-    return (*_gradients(a, b, grad, ctx.needs_input_grad[0], ctx.needs_input_grad[1], gemm_op), None, None)
+    return (*_operator_backward(grad, a, b, ctx.needs_input_grad[0], ctx.needs_input_grad[1]), None, None)
 
 
-torch.library.register_autograd(_OP, _backward, setup_context=_setup_context)
+def _register_kernels(module) -> str:
+    """Register the operator's backend kernel (for every backend: ``gemm_eager``
+    itself says which devices and dtypes it takes) and its autograd kernel. In C++
+    where the fast path is built: a compiled graph's cached call then runs without
+    entering Python (``_gemm_kernel`` plans the others), and autograd enters Python
+    only in backward. Else ``_gemm_kernel`` and a Python formula. Returns which."""
+    if module is not None:
+        module.register_operator(_NAMESPACE, _gemm_kernel, _operator_backward)
+        return "C++"
+    _library.impl("gemm", _gemm_kernel, "CompositeExplicitAutograd")
+    torch.library.register_autograd(_OP, _backward, setup_context=_setup_context)
+    return "Python"
+
+
+_fast_path_module = fast_path.load()
+KERNELS_REGISTERED_IN = _register_kernels(_fast_path_module)
 
 
 def _eager_product(x, y, out_dtype):
@@ -131,15 +150,14 @@ _record_eager_gemm = torch._C._FunctionBase.__dict__["apply"].__get__(None, Eage
 _unwrap_if_dead = getattr(torch._C._functorch, "unwrap_if_dead", None)  # private: checked once
 
 
-def _fast_path_recorder():
-    module = fast_path.load()
+def _fast_path_recorder(module):
     if module is None:
         return None
     module.set_backward(_eager_backward)
     return module.record_product
 
 
-_record_product = _fast_path_recorder()
+_record_product = _fast_path_recorder(_fast_path_module)
 
 
 def gemm_with_autograd(a, b, out_dtype):

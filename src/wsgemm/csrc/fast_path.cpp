@@ -15,8 +15,16 @@
 //    Python context object and a PyNode around the forward (~4 us on the
 //    development CPU); a C++ Node that saves the two operands costs ~0.8 us, and
 //    calls Python only in backward, where the gradients are wsgemm products.
+// 4. The operator's kernel. torch.ops.wsgemm.gemm (what torch.compile's graphs
+//    call) reaches its backend kernel through the dispatcher; a Python kernel there
+//    costs a boxed call into Python (~2 us on the development CPU) before the plan
+//    lookup, and a Python autograd kernel another (~5 us), also under no_grad.
+//    Registered here instead, a cached plan runs as in 1-2, the autograd kernel
+//    records a node as in 3, and only a call the cache does not serve enters Python
+//    (wsgemm.ops' kernel, which plans it).
 
 #include <torch/csrc/Dtype.h>
+#include <torch/csrc/DynamicTypes.h>
 #include <torch/csrc/autograd/function.h>
 #include <torch/csrc/autograd/functions/utils.h>
 #include <torch/csrc/autograd/grad_mode.h>
@@ -25,9 +33,11 @@
 #include <torch/csrc/utils/pybind.h>
 
 #include <c10/core/impl/LocalDispatchKeySet.h>
+#include <torch/library.h>
 
 #include <array>
 #include <cstdint>
+#include <string>
 #include <type_traits>
 #include <unordered_map>
 #include <vector>
@@ -201,13 +211,17 @@ size_t plans_remembered() { return g_plans->size(); }
 // Autograd
 // ---------------------------------------------------------------------------------
 
-// wsgemm.ops' backward(grad, a, b, needs_a, needs_b) -> (dA | None, dB | None). Set
-// once at load and never released, so no node holds a Python reference: nodes are
-// freed by autograd's threads, which do not hold the GIL.
+// wsgemm.ops' backward(grad, a, b, needs_a, needs_b) -> (dA | None, dB | None): of
+// eager calls (g_backward, products through wsgemm.gemm) and of the operator
+// (g_operator_backward, products through the operator, so that torch.compile traces
+// them). Set once at load and never released, so no node holds a Python reference:
+// nodes are freed by autograd's threads, which do not hold the GIL.
 PyObject* g_backward = nullptr;
+PyObject* g_operator_backward = nullptr;
 
 struct WsgemmGemmBackward : public ag::Node {
   ag::SavedVariable a, b;
+  PyObject* backward = nullptr;  // g_backward or g_operator_backward
 
   ag::variable_list apply(ag::variable_list&& grads) override {
     // unpack() raises autograd's own errors: the graph was already freed, or an
@@ -220,8 +234,8 @@ struct WsgemmGemmBackward : public ag::Node {
       return {at::Tensor(), at::Tensor()};
     }
     py::gil_scoped_acquire gil;
-    const auto backward = py::reinterpret_borrow<py::object>(g_backward);
-    const auto result = backward(grads[0], saved_a, saved_b, needs_a, needs_b)
+    const auto formula = py::reinterpret_borrow<py::object>(backward);
+    const auto result = formula(grads[0], saved_a, saved_b, needs_a, needs_b)
                             .cast<std::tuple<std::optional<at::Tensor>, std::optional<at::Tensor>>>();
     return {std::get<0>(result).value_or(at::Tensor()), std::get<1>(result).value_or(at::Tensor())};
   }
@@ -262,26 +276,31 @@ bool autograd_records(py::handle a, py::handle b) {
          at::GradMode::is_enabled();
 }
 
+// out = a @ b, computed without autograd, recorded as one node whose inputs are a
+// and b and whose gradients come from backward.
+void record_node(const at::Tensor& out, const at::Tensor& a, const at::Tensor& b, PyObject* backward) {
+  TORCH_CHECK(backward != nullptr, "wsgemm fast path: the backward formula was not set");
+  TORCH_CHECK(!out.requires_grad(), "wsgemm fast path: the product is already in a graph");
+  auto node = make_node<WsgemmGemmBackward>();
+  node->set_next_edges(ag::collect_next_edges(a, b));
+  node->a = ag::SavedVariable(a, /*is_output=*/false);
+  node->b = ag::SavedVariable(b, /*is_output=*/false);
+  node->backward = backward;
+  ag::set_history(out, node);
+}
+
 // product() with autograd off (it allocates and launches; nothing in it is
-// differentiated), its result then recorded as one node whose inputs are a and b.
+// differentiated), its result then recorded with the eager backward.
 template <typename Product>
 py::object record(Product&& product, py::handle a, py::handle b) {
-  TORCH_CHECK(g_backward != nullptr, "wsgemm fast path: set_backward() was not called");
   py::object result;
   {
     at::AutoGradMode no_grad(false);
     result = product();
   }
   TORCH_CHECK(THPVariable_Check(result.ptr()), "wsgemm fast path: the product is not a tensor");
-  const at::Tensor& out = THPVariable_Unpack(result.ptr());
-  TORCH_CHECK(!out.requires_grad(), "wsgemm fast path: the product is already in a graph");
-  const at::Tensor& tensor_a = THPVariable_Unpack(a.ptr());
-  const at::Tensor& tensor_b = THPVariable_Unpack(b.ptr());
-  auto node = make_node<WsgemmGemmBackward>();
-  node->set_next_edges(ag::collect_next_edges(tensor_a, tensor_b));
-  node->a = ag::SavedVariable(tensor_a, /*is_output=*/false);
-  node->b = ag::SavedVariable(tensor_b, /*is_output=*/false);
-  ag::set_history(out, node);
+  record_node(THPVariable_Unpack(result.ptr()), THPVariable_Unpack(a.ptr()), THPVariable_Unpack(b.ptr()),
+              g_backward);
   return result;
 }
 
@@ -315,6 +334,84 @@ py::object record_product(py::handle forward, py::handle a, py::handle b, py::ha
   return record([&] { return py::reinterpret_borrow<py::object>(forward)(a, b, out_dtype); }, a, b);
 }
 
+// ---------------------------------------------------------------------------------
+// The operator's kernel
+// ---------------------------------------------------------------------------------
+
+// wsgemm.ops' Python kernel(a, b, out_dtype, read_before_wait): plans and runs a call
+// the cache does not serve. Never released, like g_backward.
+PyObject* g_operator_fallback = nullptr;
+
+using OperatorSignature = at::Tensor(const at::Tensor&, const at::Tensor&, std::optional<at::ScalarType>,
+                                     c10::string_view);
+
+// The registrations of the kernels below and the operator they serve; never
+// destroyed: dropping a registration would unregister its kernel while compiled
+// graphs may still call the operator.
+std::vector<torch::Library*>* g_operator_libraries = nullptr;
+c10::TypedOperatorHandle<OperatorSignature>* g_operator = nullptr;
+
+// The autograd kernel: the product below autograd, then, where an operand requires
+// grad and grad mode is on, one WsgemmGemmBackward node whose gradients are products
+// through the operator (torch.compile's AOTAutograd traces them). A Python autograd
+// kernel (torch.library.register_autograd) enters Python on every call, also under
+// torch.no_grad(); this one only in backward.
+at::Tensor operator_autograd(const at::Tensor& a, const at::Tensor& b, std::optional<at::ScalarType> out_dtype,
+                             c10::string_view read_before_wait) {
+  const bool records = at::GradMode::is_enabled() && (a.requires_grad() || b.requires_grad());
+  at::Tensor out;
+  {
+    at::AutoDispatchBelowADInplaceOrView below_autograd;
+    out = g_operator->call(a, b, out_dtype, read_before_wait);
+  }
+  if (records) {
+    record_node(out, a, b, g_operator_backward);
+  }
+  return out;
+}
+
+at::Tensor operator_kernel(const at::Tensor& a, const at::Tensor& b, std::optional<at::ScalarType> out_dtype,
+                           c10::string_view read_before_wait) {
+  // The dispatcher runs kernels without the GIL; the plans and kernels are Python objects.
+  py::gil_scoped_acquire gil;
+  const auto object_a = py::reinterpret_steal<py::object>(THPVariable_Wrap(a));
+  const auto object_b = py::reinterpret_steal<py::object>(THPVariable_Wrap(b));
+  const py::str promise(read_before_wait.data(), read_before_wait.size());
+  py::object result;
+  const RememberedPlan* plan = out_dtype.has_value() ? nullptr : remembered(object_a, object_b, promise);
+  if (plan != nullptr) {
+    result = run_plan(*plan, object_a, object_b);
+  } else {
+    const py::object dtype = out_dtype.has_value()
+                                 ? py::reinterpret_borrow<py::object>(
+                                       reinterpret_cast<PyObject*>(torch::getTHPDtype(*out_dtype)))
+                                 : py::none();
+    result = py::reinterpret_borrow<py::object>(g_operator_fallback)(object_a, object_b, dtype, promise);
+  }
+  TORCH_CHECK(THPVariable_Check(result.ptr()), "wsgemm fast path: the operator's product is not a tensor");
+  return THPVariable_Unpack(result.ptr());
+}
+
+// Register namespace::gemm's kernels (its schema defined by wsgemm.ops):
+// operator_kernel for every backend, with fallback(a, b, out_dtype, read_before_wait)
+// for the calls the cache does not serve, and operator_autograd, whose node computes
+// gradients with backward(grad, a, b, needs_a, needs_b). Once per process: the
+// package's namespace is fixed, and the dispatcher refuses a second kernel for a key.
+void register_operator(const std::string& op_namespace, py::object fallback, py::object backward) {
+  TORCH_CHECK(g_operator == nullptr, "wsgemm fast path: the operator's kernels are registered already");
+  g_operator = new c10::TypedOperatorHandle<OperatorSignature>(
+      c10::Dispatcher::singleton().findSchemaOrThrow((op_namespace + "::gemm").c_str(), "")
+          .typed<OperatorSignature>());
+  g_operator_fallback = fallback.release().ptr();
+  g_operator_backward = backward.release().ptr();
+  g_operator_libraries = new std::vector<torch::Library*>();
+  for (const auto key : {c10::DispatchKey::CompositeExplicitAutograd, c10::DispatchKey::Autograd}) {
+    g_operator_libraries->push_back(new torch::Library(torch::Library::IMPL, op_namespace, key, __FILE__, __LINE__));
+  }
+  (*g_operator_libraries)[0]->impl("gemm", TORCH_FN(operator_kernel));
+  (*g_operator_libraries)[1]->impl("gemm", TORCH_FN(operator_autograd));
+}
+
 }  // namespace
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
@@ -332,6 +429,9 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("forget", &forget, "Forget every remembered plan");
   m.def("plans_remembered", &plans_remembered);
   m.def("set_backward", &set_backward);
+  m.def("register_operator", &register_operator,
+        "Register the operator's kernels: cached plans run here, others through fallback; gradients by backward",
+        py::arg("op_namespace"), py::arg("fallback"), py::arg("backward"));
   m.def("record_product", &record_product,
         "forward(a, b, out_dtype) without autograd, recorded as one WsgemmGemmBackward node");
 }
