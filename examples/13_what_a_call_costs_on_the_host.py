@@ -7,13 +7,15 @@ device, base alignment of both operands), allocate the result, and, if an input
 requires grad, record the product for autograd. In Python the first and the last
 cost microseconds each (a tuple key to build and hash; ``torch.autograd.Function``'s
 Python context object); ``wsgemm.fast_path`` does them in C++
-(``src/wsgemm/csrc/fast_path.cpp``), built on first use.
+(``src/wsgemm/csrc/fast_path.cpp``), built on first use. It also registers the
+kernels of ``torch.ops.wsgemm.gemm``, the operator compiled graphs call, so that
+those calls take the same C++ steps instead of Python at two dispatch keys.
 
 Shown three ways, on this machine's CPU with stand-in plans (no GPU needed): the
 lookup, Python key against C++ key; the autograd node, ``autograd.Function`` against
 the C++ node, and what autograd sees of it; then the H200's numbers for whole calls,
 read from the committed benchmarks/results/host_overhead.json.gz
-(benchmarks/NOTES.md section 28).
+(benchmarks/NOTES.md sections 28 and 57).
 
 Needs: any machine (a C++ compiler builds the fast path the first time, ~15 s).
 Run:   python examples/13_what_a_call_costs_on_the_host.py
@@ -105,6 +107,11 @@ def the_h200_numbers() -> None:
     ):
         print(f"   {call:24s} wsgemm {us[ours]:5.2f} us (Python path {us[without]:5.2f}), "
               f"torch.matmul {us[theirs]:5.2f} us")
+    # What compiled graphs call: the operator, its kernels registered by the fast path.
+    print(f"   torch.ops.wsgemm.gemm    {us['torch.ops.wsgemm.gemm']:5.2f} us "
+          f"(its kernels in Python {us['torch.ops.wsgemm.gemm, Python kernels']:5.2f}), requires grad "
+          f"{us['torch.ops.wsgemm.gemm, a requires grad']:5.2f} us "
+          f"({us['torch.ops.wsgemm.gemm, a requires grad, Python kernels']:5.2f})")
     print(f"   of which the TVM-FFI call (argument checks, TMA descriptors, the launch) "
           f"{us['parts: TVM-FFI kernel call alone']:.2f} us")
 

@@ -280,6 +280,9 @@ def test_the_operator_runs_cached_plans_from_cpp_and_records_its_own_node(module
     assert cpu_products[1] == "run"  # dA = grad @ w, planned through the operator's Python kernel
     assert torch.autograd.gradcheck(lambda x, y: ops.gemm_op(x, y, None, ""),
                                     (a2.detach().requires_grad_(), w.t().detach().requires_grad_()))
+    # The C++ autograd kernel also serves functorch's grad transform.
+    torch.testing.assert_close(torch.func.grad(lambda x: ops.gemm_op(x, w.t(), None, "").sum())(a),
+                               torch.ones(7, 6, dtype=torch.float64) @ w)
     # out_dtype= is never cached: planned in Python every time.
     cpu_products.clear()
     for _ in range(2):

@@ -11,7 +11,10 @@ fraction of one in C++ (numbers in ``benchmarks/NOTES.md`` section 28):
   asks first);
 * recording the product for autograd as one C++ node instead of a
   ``torch.autograd.Function`` (in ``call``, and ``record_product`` for calls the
-  cache does not serve).
+  cache does not serve);
+* the kernels of the ``torch.ops.wsgemm.gemm`` operator, which compiled graphs call:
+  the same lookup and launch, and the same node (``register_operator``, from
+  :mod:`wsgemm.ops`).
 
 The extension is compiled with ``torch.utils.cpp_extension`` (a C++ compiler and
 ninja; ~15-30 s, once per PyTorch and Python version) into

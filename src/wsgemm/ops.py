@@ -5,17 +5,23 @@ dtypes and strides, so that ``torch.compile`` traces it without graph breaks) an
 autograd formula that computes both gradients with wsgemm itself: dA = dD @ B^T and
 dB = A^T @ dD, where the transposes are views (the kernels read either major mode),
 so no operand is copied. Not with ``torch.library.custom_op``, which wraps the same
-registrations in Python that checks the output for aliasing on every call: on the
-H200's host a call through the operator took 35.3 us this way and 39.4 us through
-custom_op, side by side (64x64x64; 9.6 against 17.1 us on the development CPU with a
-stand-in kernel; benchmarks/NOTES.md section 56).
+registrations in Python that checks the output for aliasing on every call (35.3
+against 39.4 us per call on the H200's host, benchmarks/NOTES.md section 56).
+
+Where the C++ fast path is built, the backend and autograd kernels are its own
+(``register_operator``): a cached plan runs from C++, and the autograd kernel records
+one C++ node, entering Python only in backward. A call through the operator took
+10.23 us of host time at 64x64x64 on the H200 this way, 19.12 with the kernels in
+Python (``_gemm_kernel`` and ``register_autograd``, which this module registers
+without the fast path), 11.18 against 37.29 where an input requires grad
+(benchmarks/NOTES.md section 57).
 
 ``wsgemm.gemm`` calls the kernel directly in eager mode without autograd; with an
 input that requires grad it records the same formula as one C++ autograd node (the
 fast path's ``record_product``, :func:`gemm_with_autograd`), or, where that is not
 built and for functorch transforms, runs :class:`EagerGemm`, a plain
 ``torch.autograd.Function``; only while ``torch.compile`` traces does it go through
-the operator, whose dispatch still runs Python at the autograd and the backend keys.
+the operator.
 """
 
 from __future__ import annotations
