@@ -968,3 +968,21 @@ def test_model_regret_is_the_picks_time_over_the_fastest(tmp_path):
     plans["128x128 c1x1"] = [150.0, 149, 151]
     (tmp_path / "sweep.json").write_text(json.dumps(sweep))
     assert regret.regrets(regret.load_sweeps(tmp_path), regret.heuristics.H200, graph=False, ranked=True) == []
+
+
+def test_compiled_decode_table_gives_both_ratios_and_names_a_wrong_run():
+    decode = load("bench_compiled_decode")
+    ok = lambda us: {"status": "ok", "rel_error": 0.004, "median_us": us, "p10_us": us - 1, "p90_us": us + 1}  # noqa: E731
+    rows = {f"{model} | {mode}": ok(us) for model, us in (("torch", 300.0), ("wsgemm", 250.0), ("wsgemm-promise", 240.0))
+            for mode in decode.MODES}
+    rows["wsgemm-promise | compiled"] = {"status": "wrong", "rel_error": 0.5}
+    report = {"environment": {"gpu": "NVIDIA H200", "torch": "2.11", "cutlass_dsl": "4.8.1", "wsgemm": "0.1.0",
+                              "date": "2026-12-02"},
+              "layers": 2, "steps": 50, "reps": 15, "rows": {"16": rows}, "gpu_before": {}, "gpu_after": {},
+              "command": "python benchmarks/bench_compiled_decode.py --tokens 16"}
+    table = decode.markdown(report)
+    assert "| 16 | eager | 300.0 (299.0-301.0) | 250.0 (249.0-251.0) | 1.200x | 240.0 (239.0-241.0) | 1.250x |" in table
+    assert "| 16 | compiled | 300.0 (299.0-301.0) | 250.0 (249.0-251.0) | 1.200x | wrong (rel. error 0.5) | - |" in table
+    assert "Regenerate: `python benchmarks/bench_compiled_decode.py --tokens 16`" in table
+    ref = decode.torch.randn(8, 8)
+    assert decode.relative_error(ref, ref) == 0.0 and decode.relative_error(2 * ref, ref) == pytest.approx(1.0)
