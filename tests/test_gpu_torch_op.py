@@ -173,3 +173,34 @@ def test_cached_calls_of_other_layouts_and_alignments_get_their_own_plans():
             ref = a.float() @ b.float()
             assert rel(wsgemm.gemm(a, b), ref) < 1e-2
             b.copy_(torch.randn_like(b))  # new contents under the same signature
+
+
+def test_reduce_overhead_graphs_of_split_k_plans_replay_new_inputs():
+    """torch.compile(mode="reduce-overhead") puts the operator in CUDA-graph trees,
+    which warm a graph up with its allocations routed into the graph's pool and allow
+    nothing but outputs to outlive a call there: a split-K workspace kept across calls
+    failed that check (NOTES section 58). Decode steps whose plans split K, eager calls
+    on the same weights first (their kept workspace must not be the graph's)."""
+    weights = [(torch.randn(n, k, device="cuda") / k ** 0.5).to(torch.bfloat16)
+               for n, k in ((28672, 4096), (4096, 14336))]
+    tokens = torch.randn(1, 4096, device="cuda").to(torch.bfloat16)
+    plans = [wsgemm.api.make_plan(tokens, weights[0].t(), None, None, None),
+             wsgemm.api.make_plan(torch.zeros(1, 14336, device="cuda", dtype=torch.bfloat16), weights[1].t(),
+                                  None, None, None)]
+    assert all(plan.workspace[0] for plan in plans), [plan.spec for plan in plans]  # both plans split K
+
+    def step(x):
+        gate, up = wsgemm.gemm(x, weights[0].t()).chunk(2, dim=-1)
+        return wsgemm.gemm(torch.nn.functional.silu(gate) * up, weights[1].t())
+
+    def reference(x):
+        gate, up = (x.float() @ weights[0].float().t()).to(torch.bfloat16).chunk(2, dim=-1)
+        return (torch.nn.functional.silu(gate) * up).float() @ weights[1].float().t()
+
+    compiled = torch.compile(step, mode="reduce-overhead", fullgraph=True)
+    with torch.inference_mode():
+        step(tokens)  # eager: the stream's own kept workspace
+        for _ in range(4):  # warm-up, recording, then replays
+            x = torch.randn(1, 4096, device="cuda").to(torch.bfloat16)
+            out = compiled(x).clone()
+            assert rel(out, reference(x)) < 2e-2

@@ -60,3 +60,33 @@ def test_captured_calls_get_a_workspace_each_when_the_capture_has_no_name(cuda_s
 
 def test_the_capture_id_query_never_fails_a_call():
     assert ws.capture_id(0) is None  # no GPU here, or not capturing: None, not an error
+
+
+@pytest.mark.parametrize("capture", [None, 11])
+def test_calls_through_the_operator_get_a_zeroed_workspace_each_that_nothing_keeps(cuda_streams, capture):
+    """Under CUDA-graph trees a kept workspace in the graph's pool fails their check
+    that only outputs outlive a call (NOTES section 58)."""
+    import weakref
+
+    cuda_streams.capture = capture
+    with ws.per_call_workspaces():
+        one = ws.split_k_workspace(CPU, 4, 100)
+        with ws.per_call_workspaces():  # nested: still per call, and still after the inner one
+            two = ws.split_k_workspace(CPU, 4, 100)
+        three = ws.split_k_workspace(CPU, 4, 100)
+    assert not one[0].any() and one[1].numel() == 100
+    assert len({id(one[0]), id(two[0]), id(three[0])}) == 3
+    assert ws._workspaces == {} and ws._captures == {} and ws._captured == []
+    gone = weakref.ref(one[0])
+    del one
+    assert gone() is None
+    assert ws.split_k_workspace(CPU, 4, 100) is ws.split_k_workspace(CPU, 4, 100)  # after: shared again
+
+
+def test_the_operators_python_kernel_asks_for_per_call_workspaces(monkeypatch):
+    from wsgemm import api, ops
+
+    seen = []
+    monkeypatch.setattr(api, "gemm_eager", lambda *args: seen.append(getattr(ws._per_call, "active", False)))
+    ops._gemm_kernel(torch.ones(2, 2), torch.ones(2, 2))
+    assert seen == [True] and not getattr(ws._per_call, "active", False)

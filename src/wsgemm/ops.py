@@ -29,6 +29,7 @@ from __future__ import annotations
 import torch
 
 from . import api, fast_path
+from .workspace import per_call_workspaces
 
 # The package's own name: benchmarks/baseline.py imports an older wsgemm beside this
 # one as wsgemm_base, whose operator must not take (or clash with) this one's name.
@@ -42,8 +43,11 @@ _library.define("gemm(Tensor a, Tensor b, ScalarType? out_dtype=None, str read_b
 def _gemm_kernel(a: torch.Tensor, b: torch.Tensor, out_dtype: torch.dtype | None = None,
                  read_before_wait: str = "") -> torch.Tensor:
     """``a @ b``; see :func:`wsgemm.gemm` (``read_before_wait`` there: inference only,
-    ``wsgemm.gemm`` refuses it where autograd records)."""
-    return api.gemm_eager(a, b, None, out_dtype, None, read_before_wait)
+    ``wsgemm.gemm`` refuses it where autograd records). A split-K or stream-K plan gets
+    a workspace for this call alone: compiled graphs may run under CUDA-graph trees,
+    which allow nothing but outputs to outlive a call in their memory pool."""
+    with per_call_workspaces():
+        return api.gemm_eager(a, b, None, out_dtype, None, read_before_wait)
 
 
 

@@ -20,10 +20,19 @@ in stream order, like eager calls on one stream. (A workspace per captured call 
 a memset node in front of every split-K call of a graph: about 1 us more per call on
 an H200, benchmarks/NOTES.md section 25.) Where the driver cannot name the capture,
 each captured call does get its own workspace.
+
+Calls through the ``torch.ops.wsgemm.gemm`` operator (compiled graphs) get one of
+their own too, freed after the call (``per_call_workspaces``). Inductor's CUDA-graph
+trees (``mode="reduce-overhead"``) warm a graph up on a stream of their own with
+every allocation of the thread routed into the graph's memory pool, then check that
+nothing in the pool outlives the call but its outputs: a kept workspace allocated
+there failed that check (benchmarks/NOTES.md section 58), and would sit in memory the
+trees believe free. A per-call workspace costs a memset per split-K call.
 """
 
 from __future__ import annotations
 
+import contextlib
 import threading
 
 import torch
@@ -34,10 +43,25 @@ _workspaces: dict[tuple[int, int], tuple[torch.Tensor, torch.Tensor]] = {}
 _captures: dict[tuple[int, int], tuple[torch.Tensor, torch.Tensor]] = {}
 _captured: list[tuple[torch.Tensor, torch.Tensor]] = []
 _lock = threading.RLock()  # re-entered when a captured workspace is grown and kept
+_per_call = threading.local()  # .active: inside per_call_workspaces()
+
+
+@contextlib.contextmanager
+def per_call_workspaces():
+    """Split-K and stream-K calls inside (on this thread) get a fresh zeroed
+    workspace each, which nothing keeps after the call."""
+    outer = getattr(_per_call, "active", False)
+    _per_call.active = True
+    try:
+        yield
+    finally:
+        _per_call.active = outer
 
 
 def split_k_workspace(device: torch.device, flag_elems: int, partial_elems: int):
     """(flags, partials) with at least the requested sizes, for the current stream."""
+    if getattr(_per_call, "active", False):
+        return _grown(None, device, flag_elems, partial_elems)
     stream = torch.cuda.current_stream(device).cuda_stream
     if torch.cuda.is_current_stream_capturing():
         capture = capture_id(stream)

@@ -19,7 +19,7 @@
 //    call) reaches its backend kernel through the dispatcher; a Python kernel there
 //    costs a boxed call into Python (~2 us on the development CPU) before the plan
 //    lookup, and a Python autograd kernel another (~5 us), also under no_grad.
-//    Registered here instead, a cached plan runs as in 1-2, the autograd kernel
+//    Registered here instead, a cached direct plan runs as in 1-2, the autograd kernel
 //    records a node as in 3, and only a call the cache does not serve enters Python
 //    (wsgemm.ops' kernel, which plans it).
 
@@ -379,7 +379,9 @@ at::Tensor operator_kernel(const at::Tensor& a, const at::Tensor& b, std::option
   const py::str promise(read_before_wait.data(), read_before_wait.size());
   py::object result;
   const RememberedPlan* plan = out_dtype.has_value() ? nullptr : remembered(object_a, object_b, promise);
-  if (plan != nullptr) {
+  // Only direct plans, which need no workspace: a split-K or stream-K call through
+  // the operator takes a workspace of its own, which the Python kernel arranges.
+  if (plan != nullptr && !plan->kernel.is_none()) {
     result = run_plan(*plan, object_a, object_b);
   } else {
     const py::object dtype = out_dtype.has_value()
