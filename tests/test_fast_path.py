@@ -290,6 +290,31 @@ def test_the_operator_runs_cached_plans_from_cpp_and_records_its_own_node(module
     assert cpu_products.count("run") == 2
 
 
+def test_the_operator_runs_other_cached_plans_with_a_workspace_of_their_own(module, fresh_plans, monkeypatch):
+    """A cached plan that is not direct (swapped operands, a split-K workspace) runs its
+    Python ``run`` from the operator's C++ kernel inside ``per_call_workspaces``: CUDA-graph
+    trees allow nothing kept in their pool (workspace.py); eager calls keep sharing one."""
+    from wsgemm import workspace
+
+    runs = []
+
+    def make_plan(a, b, out, out_dtype, config, read_before_wait=""):
+        def run(x, y, out):
+            runs.append(getattr(workspace._per_call, "active", False))
+            return torch.matmul(x, y)
+
+        return types.SimpleNamespace(launches_directly=False, run=run)
+
+    monkeypatch.setattr(api, "make_plan", make_plan)
+    a, w = torch.randn(3, 5, dtype=torch.float64), torch.randn(4, 5, dtype=torch.float64)
+    for _ in range(2):
+        torch.testing.assert_close(ops.gemm_op(a, w.t(), None, ""), a @ w.t())
+    assert module.plans_remembered() == 1 and runs == [True, True]  # planned, then found in C++
+    runs.clear()
+    wsgemm.gemm(a, w.t())
+    assert runs == [False]  # the eager call: the stream's shared workspace
+
+
 def test_the_operators_errors_keep_their_type_through_the_dispatcher(module, fresh_plans):
     cpu = torch.randn(4, 4).to(torch.bfloat16)
     with pytest.raises(wsgemm.DeviceError, match="a is on cpu; wsgemm runs on CUDA tensors"):

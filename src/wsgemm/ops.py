@@ -50,6 +50,13 @@ def _gemm_kernel(a: torch.Tensor, b: torch.Tensor, out_dtype: torch.dtype | None
         return api.gemm_eager(a, b, None, out_dtype, None, read_before_wait)
 
 
+def _run_cached_plan(run, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """A cached plan's ``run`` for the operator's C++ kernel (plans other than direct
+    ones, which it launches itself): with a workspace for this call alone, as above."""
+    with per_call_workspaces():
+        return run(a, b, None)
+
+
 
 
 @torch.library.register_fake(_OP)
@@ -107,7 +114,7 @@ def _register_kernels(module) -> str:
     entering Python (``_gemm_kernel`` plans the others), and autograd enters Python
     only in backward. Else ``_gemm_kernel`` and a Python formula. Returns which."""
     if module is not None:
-        module.register_operator(_NAMESPACE, _gemm_kernel, _operator_backward)
+        module.register_operator(_NAMESPACE, _gemm_kernel, _run_cached_plan, _operator_backward)
         return "C++"
     _library.impl("gemm", _gemm_kernel, "CompositeExplicitAutograd")
     torch.library.register_autograd(_OP, _backward, setup_context=_setup_context)

@@ -338,9 +338,11 @@ py::object record_product(py::handle forward, py::handle a, py::handle b, py::ha
 // The operator's kernel
 // ---------------------------------------------------------------------------------
 
-// wsgemm.ops' Python kernel(a, b, out_dtype, read_before_wait): plans and runs a call
-// the cache does not serve. Never released, like g_backward.
+// wsgemm.ops' Python kernel(a, b, out_dtype, read_before_wait), which plans and runs
+// a call the cache does not serve, and its run_plan(run, a, b), which runs a cached
+// plan that is not direct with a workspace of its own. Never released, like g_backward.
 PyObject* g_operator_fallback = nullptr;
+PyObject* g_operator_run = nullptr;
 
 using OperatorSignature = at::Tensor(const at::Tensor&, const at::Tensor&, std::optional<at::ScalarType>,
                                      c10::string_view);
@@ -379,10 +381,12 @@ at::Tensor operator_kernel(const at::Tensor& a, const at::Tensor& b, std::option
   const py::str promise(read_before_wait.data(), read_before_wait.size());
   py::object result;
   const RememberedPlan* plan = out_dtype.has_value() ? nullptr : remembered(object_a, object_b, promise);
-  // Only direct plans, which need no workspace: a split-K or stream-K call through
-  // the operator takes a workspace of its own, which the Python kernel arranges.
   if (plan != nullptr && !plan->kernel.is_none()) {
     result = run_plan(*plan, object_a, object_b);
+  } else if (plan != nullptr) {
+    // Other plans may split K: through the operator, with a workspace of their own.
+    const py::object run = plan->run;
+    result = py::reinterpret_borrow<py::object>(g_operator_run)(run, object_a, object_b);
   } else {
     const py::object dtype = out_dtype.has_value()
                                  ? py::reinterpret_borrow<py::object>(
@@ -396,15 +400,18 @@ at::Tensor operator_kernel(const at::Tensor& a, const at::Tensor& b, std::option
 
 // Register namespace::gemm's kernels (its schema defined by wsgemm.ops):
 // operator_kernel for every backend, with fallback(a, b, out_dtype, read_before_wait)
-// for the calls the cache does not serve, and operator_autograd, whose node computes
-// gradients with backward(grad, a, b, needs_a, needs_b). Once per process: the
-// package's namespace is fixed, and the dispatcher refuses a second kernel for a key.
-void register_operator(const std::string& op_namespace, py::object fallback, py::object backward) {
+// for the calls the cache does not serve and run_plan(run, a, b) for cached plans that
+// are not direct, and operator_autograd, whose node computes gradients with
+// backward(grad, a, b, needs_a, needs_b). Once per process: the package's namespace
+// is fixed, and the dispatcher refuses a second kernel for a key.
+void register_operator(const std::string& op_namespace, py::object fallback, py::object run_plan,
+                       py::object backward) {
   TORCH_CHECK(g_operator == nullptr, "wsgemm fast path: the operator's kernels are registered already");
   g_operator = new c10::TypedOperatorHandle<OperatorSignature>(
       c10::Dispatcher::singleton().findSchemaOrThrow((op_namespace + "::gemm").c_str(), "")
           .typed<OperatorSignature>());
   g_operator_fallback = fallback.release().ptr();
+  g_operator_run = run_plan.release().ptr();
   g_operator_backward = backward.release().ptr();
   g_operator_libraries = new std::vector<torch::Library*>();
   for (const auto key : {c10::DispatchKey::CompositeExplicitAutograd, c10::DispatchKey::Autograd}) {
@@ -433,7 +440,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("set_backward", &set_backward);
   m.def("register_operator", &register_operator,
         "Register the operator's kernels: cached plans run here, others through fallback; gradients by backward",
-        py::arg("op_namespace"), py::arg("fallback"), py::arg("backward"));
+        py::arg("op_namespace"), py::arg("fallback"), py::arg("run_plan"), py::arg("backward"));
   m.def("record_product", &record_product,
         "forward(a, b, out_dtype) without autograd, recorded as one WsgemmGemmBackward node");
 }
