@@ -71,14 +71,63 @@ def python_kernels_twin():
     return library, torch.ops.wsgemm_bench.gemm.default
 
 
+# Llama-3 8B's projections at one token: the default path swaps the operands of all
+# four and splits K for gate_up and down (results/suite_llm_decode.md).
+DECODE_SHAPES = ((1, 6144, 4096), (1, 4096, 4096), (1, 28672, 4096), (1, 4096, 14336))
+
+
+def decode_rows(calls: int, repeats: int) -> dict:
+    """Host time of decode-sized calls, whose plans are not direct (swapped operands,
+    split-K workspaces): the steps that run in Python per call, piece by piece."""
+    from wsgemm import workspace
+
+    rows = {}
+    for m, n, k in DECODE_SHAPES:
+        a = torch.randn(m, k, device="cuda").to(torch.bfloat16)
+        w = torch.randn(n, k, device="cuda").to(torch.bfloat16)
+        wt = w.t()
+        plan = wsgemm.api.make_plan(a, wt, None, None, None)
+        out = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
+        impls = {
+            "torch.matmul(a, w.t())": lambda: torch.matmul(a, wt),
+            "wsgemm.gemm(a, w.t())": lambda: wsgemm.gemm(a, wt),
+            "torch.ops.wsgemm.gemm": lambda: torch.ops.wsgemm.gemm(a, wt, None),
+            f"parts: Plan.run ({plan.mode}, workspace {plan.workspace})": lambda: plan.run(a, wt, None),
+            "parts: the views of a swap (b.t(), a.t(), out.t())": lambda: (wt.t(), a.t(), out.t()),
+            "parts: torch.empty(result) alone": lambda: torch.empty(m, n, device="cuda", dtype=torch.bfloat16),
+        }
+        if plan.workspace[0]:
+            device = a.device
+            impls["parts: the stream's kept workspace (split_k_workspace)"] = \
+                lambda: workspace.split_k_workspace(device, *plan.workspace)
+            impls["parts: torch.cuda.current_stream()"] = lambda: torch.cuda.current_stream(device)
+            impls["parts: torch.cuda.is_current_stream_capturing()"] = torch.cuda.is_current_stream_capturing
+
+            def per_call():
+                with workspace.per_call_workspaces():
+                    return workspace.split_k_workspace(device, *plan.workspace)
+
+            impls["parts: a workspace of its own (the operator's)"] = per_call
+        with torch.inference_mode():
+            rows[f"{m}x{n}x{k} ({plan.spec.short() if plan.spec else plan.mode})"] = per_call_us(
+                impls, calls, repeats)
+    return rows
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     # Fewer calls than the launch queue holds (~1024): with more, a slow GPU would
     # throttle the host loop and the number would be GPU time, not host time.
     p.add_argument("--calls", type=int, default=500)
     p.add_argument("--repeats", type=int, default=15)
+    p.add_argument("--decode", action="store_true",
+                   help="decode-sized calls instead (use --calls 100: each launches GPU work of 10-60 us)")
     p.add_argument("--out", default=str(Path(__file__).parent / "results"))
     args = p.parse_args(argv)
+    if args.decode:
+        return write_report(decode_rows(args.calls, args.repeats), args, "host_overhead_decode",
+                            "Host time per call (decode-sized GEMMs, bf16, under inference_mode)",
+                            "python benchmarks/bench_overhead.py --decode --calls 100")
     rows = {}
     _library, twin = python_kernels_twin()  # the library is kept: dropping it unregisters the twin
     for m, n, k in ((64, 64, 64), (128, 256, 128)):
@@ -133,8 +182,13 @@ def main(argv=None) -> int:
             "parts: gemm_eager(out=), no dispatch checks": lambda: wsgemm.api.gemm_eager(a, wt, out),
         })
         rows[f"{m}x{n}x{k}"] = per_call_us(impls, args.calls, args.repeats)
+    return write_report(rows, args, "host_overhead", "Host time per call (tiny GEMMs, bf16)",
+                        "python benchmarks/bench_overhead.py")
+
+
+def write_report(rows: dict, args, name: str, title: str, command: str) -> int:
     report = {"environment": environment(), "calls": args.calls, "repeats": args.repeats, "rows": rows}
-    lines = ["# Host time per call (tiny GEMMs, bf16)", "",
+    lines = [f"# {title}", "",
              f"{report['environment']['gpu']}, torch {report['environment']['torch']}; median of {args.repeats} "
              f"loops of {args.calls} back-to-back calls, one synchronize per loop, the calls of a shape taking "
              "turns loop by loop; microseconds per call.", "",
@@ -142,11 +196,11 @@ def main(argv=None) -> int:
     for shape, impls in rows.items():
         for name, r in impls.items():
             lines.append(f"| {shape} | `{name}` | {r['median_us']:.2f} | {r['min_us']:.2f} | {r['max_us']:.2f} |")
-    lines += ["", "Regenerate: `python benchmarks/bench_overhead.py`"]
+    lines += ["", f"Regenerate: `{command}`"]
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    write_results(out / "host_overhead.json.gz", report)
-    (out / "host_overhead.md").write_text("\n".join(lines) + "\n")
+    write_results(out / f"{name}.json.gz", report)
+    (out / f"{name}.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
     return 0
 
