@@ -194,8 +194,8 @@ def write_report(rows: dict, args, name: str, title: str, command: str) -> int:
              "turns loop by loop; microseconds per call.", "",
              "| shape | call | median us | min | max |", "|---|---|---|---|---|"]
     for shape, impls in rows.items():
-        for name, r in impls.items():
-            lines.append(f"| {shape} | `{name}` | {r['median_us']:.2f} | {r['min_us']:.2f} | {r['max_us']:.2f} |")
+        for call, r in impls.items():
+            lines.append(f"| {shape} | `{call}` | {r['median_us']:.2f} | {r['min_us']:.2f} | {r['max_us']:.2f} |")
     lines += ["", f"Regenerate: `{command}`"]
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
