@@ -583,6 +583,20 @@ def test_host_overhead_loops_take_turns(monkeypatch):
     assert set(result) == {"x", "y"} and all(r["min_us"] <= r["median_us"] <= r["max_us"] for r in result.values())
 
 
+
+def test_host_overhead_report_is_named_by_its_kind_and_lists_every_call(monkeypatch, tmp_path):
+    overhead = load_torch_script(monkeypatch, "bench_overhead")
+    monkeypatch.setattr(overhead, "environment", lambda: {"gpu": "NVIDIA H200", "torch": "2.11"})
+    rows = {"1x6144x4096 (swap)": {"torch.matmul(a, w.t())": {"median_us": 13.3, "min_us": 12.8, "max_us": 14.8},
+                                   "wsgemm.gemm(a, w.t())": {"median_us": 11.8, "min_us": 11.6, "max_us": 12.6}}}
+    args = overhead.argparse.Namespace(calls=100, repeats=15, out=str(tmp_path))
+    assert overhead.write_report(rows, args, "host_overhead_decode", "Host time per call (decode)",
+                                 "python benchmarks/bench_overhead.py --decode --calls 100") == 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["host_overhead_decode.json.gz", "host_overhead_decode.md"]
+    table = (tmp_path / "host_overhead_decode.md").read_text()
+    assert "| 1x6144x4096 (swap) | `wsgemm.gemm(a, w.t())` | 11.80 | 11.60 | 12.60 |" in table
+    assert "Regenerate: `python benchmarks/bench_overhead.py --decode --calls 100`" in table
+
 # ----------------------------------------------------------------------------- baseline
 
 
