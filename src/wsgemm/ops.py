@@ -9,7 +9,8 @@ registrations in Python that checks the output for aliasing on every call (35.3
 against 39.4 us per call on the H200's host, benchmarks/NOTES.md section 56).
 
 Where the C++ fast path is built, the backend and autograd kernels are its own
-(``register_operator``): a cached plan runs from C++, and the autograd kernel records
+(``register_operator``): a cached direct plan is launched from C++ (other cached plans
+run their ``run`` with a workspace of their own), and the autograd kernel records
 one C++ node, entering Python only in backward. A call through the operator took
 10.23 us of host time at 64x64x64 on the H200 this way, 19.12 with the kernels in
 Python (``_gemm_kernel`` and ``register_autograd``, which this module registers
@@ -55,8 +56,6 @@ def _run_cached_plan(run, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     ones, which it launches itself): with a workspace for this call alone, as above."""
     with per_call_workspaces():
         return run(a, b, None)
-
-
 
 
 @torch.library.register_fake(_OP)

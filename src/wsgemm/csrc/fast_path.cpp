@@ -19,9 +19,10 @@
 //    call) reaches its backend kernel through the dispatcher; a Python kernel there
 //    costs a boxed call into Python (~2 us on the development CPU) before the plan
 //    lookup, and a Python autograd kernel another (~5 us), also under no_grad.
-//    Registered here instead, a cached direct plan runs as in 1-2, the autograd kernel
-//    records a node as in 3, and only a call the cache does not serve enters Python
-//    (wsgemm.ops' kernel, which plans it).
+//    Registered here instead, a cached direct plan runs as in 1-2 (another cached
+//    plan runs its Python run, with a split-K workspace of its own), the autograd
+//    kernel records a node as in 3, and a call the cache does not serve goes to
+//    wsgemm.ops' Python kernel, which plans it.
 
 #include <torch/csrc/Dtype.h>
 #include <torch/csrc/DynamicTypes.h>
