@@ -348,10 +348,7 @@ PyObject* g_operator_run = nullptr;
 using OperatorSignature = at::Tensor(const at::Tensor&, const at::Tensor&, std::optional<at::ScalarType>,
                                      c10::string_view);
 
-// The registrations of the kernels below and the operator they serve; never
-// destroyed: dropping a registration would unregister its kernel while compiled
-// graphs may still call the operator.
-std::vector<torch::Library*>* g_operator_libraries = nullptr;
+// The operator the kernels below serve (set by register_operator; never destroyed).
 c10::TypedOperatorHandle<OperatorSignature>* g_operator = nullptr;
 
 // The autograd kernel: the product below autograd, then, where an operand requires
@@ -414,12 +411,13 @@ void register_operator(const std::string& op_namespace, py::object fallback, py:
   g_operator_fallback = fallback.release().ptr();
   g_operator_run = run_plan.release().ptr();
   g_operator_backward = backward.release().ptr();
-  g_operator_libraries = new std::vector<torch::Library*>();
-  for (const auto key : {c10::DispatchKey::CompositeExplicitAutograd, c10::DispatchKey::Autograd}) {
-    g_operator_libraries->push_back(new torch::Library(torch::Library::IMPL, op_namespace, key, __FILE__, __LINE__));
-  }
-  (*g_operator_libraries)[0]->impl("gemm", TORCH_FN(operator_kernel));
-  (*g_operator_libraries)[1]->impl("gemm", TORCH_FN(operator_autograd));
+  // The registrations are never destroyed: dropping one would unregister its kernel
+  // while compiled graphs may still call the operator.
+  (new torch::Library(torch::Library::IMPL, op_namespace, c10::DispatchKey::CompositeExplicitAutograd, __FILE__,
+                      __LINE__))
+      ->impl("gemm", TORCH_FN(operator_kernel));
+  (new torch::Library(torch::Library::IMPL, op_namespace, c10::DispatchKey::Autograd, __FILE__, __LINE__))
+      ->impl("gemm", TORCH_FN(operator_autograd));
 }
 
 }  // namespace
