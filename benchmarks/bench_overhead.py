@@ -102,12 +102,8 @@ def decode_rows(calls: int, repeats: int) -> dict:
                 lambda: workspace.split_k_workspace(device, *plan.workspace)
             impls["parts: torch.cuda.current_stream()"] = lambda: torch.cuda.current_stream(device)
             impls["parts: torch.cuda.is_current_stream_capturing()"] = torch.cuda.is_current_stream_capturing
-
-            def per_call():
-                with workspace.per_call_workspaces():
-                    return workspace.split_k_workspace(device, *plan.workspace)
-
-            impls["parts: a workspace of its own (the operator's)"] = per_call
+            impls["parts: a fresh zeroed workspace (a captured operator call's)"] = \
+                lambda: workspace._grown(None, device, *plan.workspace)
         with torch.inference_mode():
             rows[f"{m}x{n}x{k} ({plan.spec.short() if plan.spec else plan.mode})"] = per_call_us(
                 impls, calls, repeats)

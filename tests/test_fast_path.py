@@ -290,17 +290,17 @@ def test_the_operator_runs_cached_plans_from_cpp_and_records_its_own_node(module
     assert cpu_products.count("run") == 2
 
 
-def test_the_operator_runs_other_cached_plans_with_a_workspace_of_their_own(module, fresh_plans, monkeypatch):
+def test_the_operator_runs_other_cached_plans_as_its_own_calls(module, fresh_plans, monkeypatch):
     """A cached plan that is not direct (swapped operands, a split-K workspace) runs its
-    Python ``run`` from the operator's C++ kernel inside ``per_call_workspaces``: CUDA-graph
-    trees allow nothing kept in their pool (workspace.py); eager calls keep sharing one."""
+    Python ``run`` from the operator's C++ kernel inside ``workspace.operator_calls``:
+    captured into CUDA-graph trees, its workspace must be its own (workspace.py)."""
     from wsgemm import workspace
 
     runs = []
 
     def make_plan(a, b, out, out_dtype, config, read_before_wait=""):
         def run(x, y, out):
-            runs.append(getattr(workspace._per_call, "active", False))
+            runs.append(getattr(workspace._operator, "active", False))
             return torch.matmul(x, y)
 
         return types.SimpleNamespace(launches_directly=False, run=run)
@@ -312,7 +312,7 @@ def test_the_operator_runs_other_cached_plans_with_a_workspace_of_their_own(modu
     assert module.plans_remembered() == 1 and runs == [True, True]  # planned, then found in C++
     runs.clear()
     wsgemm.gemm(a, w.t())
-    assert runs == [False]  # the eager call: the stream's shared workspace
+    assert runs == [False]  # the eager call
 
 
 def test_the_operators_errors_keep_their_type_through_the_dispatcher(module, fresh_plans):

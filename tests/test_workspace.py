@@ -1,6 +1,8 @@
 """Which split-K workspace a call gets (``wsgemm.workspace``), on the CPU: the CUDA
 stream and capture queries are stand-ins, the workspaces CPU tensors."""
 
+import contextlib
+import threading
 from types import SimpleNamespace
 
 import pytest
@@ -18,6 +20,7 @@ def cuda_streams(monkeypatch):
     monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: SimpleNamespace(cuda_stream=state.stream))
     monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: state.capture is not None)
     monkeypatch.setattr(ws, "capture_id", lambda stream: state.capture if state.capture_known else None)
+    monkeypatch.setattr(ws, "_raw_stream", None)  # the handle from the stand-in current_stream
     monkeypatch.setattr(ws, "_workspaces", {})
     monkeypatch.setattr(ws, "_captures", {})
     monkeypatch.setattr(ws, "_captured", [])
@@ -62,31 +65,57 @@ def test_the_capture_id_query_never_fails_a_call():
     assert ws.capture_id(0) is None  # no GPU here, or not capturing: None, not an error
 
 
-@pytest.mark.parametrize("capture", [None, 11])
-def test_calls_through_the_operator_get_a_zeroed_workspace_each_that_nothing_keeps(cuda_streams, capture):
-    """Under CUDA-graph trees a kept workspace in the graph's pool fails their check
-    that only outputs outlive a call (NOTES section 58)."""
+def test_calls_through_the_operator_get_a_workspace_each_only_where_captured(cuda_streams):
+    """Captured into CUDA-graph trees, a kept workspace in the graph's pool fails their
+    check that only outputs outlive a call (NOTES section 58); uncaptured, the
+    operator's calls share the stream's kept workspace with eager ones."""
     import weakref
 
-    cuda_streams.capture = capture
-    with ws.per_call_workspaces():
+    eager = ws.split_k_workspace(CPU, 4, 100)
+    with ws.operator_calls():
+        assert ws.split_k_workspace(CPU, 4, 100) is eager
+        cuda_streams.capture = 11
         one = ws.split_k_workspace(CPU, 4, 100)
-        with ws.per_call_workspaces():  # nested: still per call, and still after the inner one
+        with ws.operator_calls():  # nested: still the operator's, and still after the inner one
             two = ws.split_k_workspace(CPU, 4, 100)
         three = ws.split_k_workspace(CPU, 4, 100)
     assert not one[0].any() and one[1].numel() == 100
-    assert len({id(one[0]), id(two[0]), id(three[0])}) == 3
-    assert ws._workspaces == {} and ws._captures == {} and ws._captured == []
+    assert len({id(one[0]), id(two[0]), id(three[0]), id(eager[0])}) == 4
+    assert ws._captures == {} and ws._captured == []
     gone = weakref.ref(one[0])
     del one
     assert gone() is None
-    assert ws.split_k_workspace(CPU, 4, 100) is ws.split_k_workspace(CPU, 4, 100)  # after: shared again
+    assert ws.split_k_workspace(CPU, 4, 100) is ws.split_k_workspace(CPU, 4, 100)  # eager capture: shared again
 
 
-def test_the_operators_python_kernel_asks_for_per_call_workspaces(monkeypatch):
+def test_kept_workspaces_are_allocated_on_the_helper_thread_on_the_callers_stream(cuda_streams, monkeypatch):
+    """Inductor's CUDA-graph trees route a warm-up's allocations into the graph's pool
+    per thread: a kept workspace comes from another one, on the caller's stream."""
+    allocated, streams = [], []
+
+    def grown(found, device, flag_elems, partial_elems):
+        allocated.append((threading.get_ident(), streams[-1]))
+        return torch.zeros(flag_elems, dtype=torch.int32), torch.empty(partial_elems)
+
+    def on_stream(stream):
+        streams.append(stream.handle)
+        return contextlib.nullcontext()
+
+    monkeypatch.setattr(ws, "_grown", grown)
+    monkeypatch.setattr(torch.cuda, "device", lambda device: contextlib.nullcontext())
+    monkeypatch.setattr(torch.cuda, "stream", on_stream)
+    monkeypatch.setattr(torch.cuda, "ExternalStream", lambda handle, device=None: SimpleNamespace(handle=handle))
+    gpu = torch.device("cuda", 0)
+    flags, _ = ws.split_k_workspace(gpu, 4, 100)
+    helper = ws._helper.submit(threading.get_ident).result()
+    assert allocated == [(helper, 7)] and helper != threading.get_ident()
+    assert ws.split_k_workspace(gpu, 4, 100)[0] is flags and len(allocated) == 1
+
+
+def test_the_operators_python_kernel_marks_its_calls(monkeypatch):
     from wsgemm import api, ops
 
     seen = []
-    monkeypatch.setattr(api, "gemm_eager", lambda *args: seen.append(getattr(ws._per_call, "active", False)))
+    monkeypatch.setattr(api, "gemm_eager", lambda *args: seen.append(getattr(ws._operator, "active", False)))
     ops._gemm_kernel(torch.ones(2, 2), torch.ones(2, 2))
-    assert seen == [True] and not getattr(ws._per_call, "active", False)
+    assert seen == [True] and not getattr(ws._operator, "active", False)

@@ -10,7 +10,7 @@ against 39.4 us per call on the H200's host, benchmarks/NOTES.md section 56).
 
 Where the C++ fast path is built, the backend and autograd kernels are its own
 (``register_operator``): a cached direct plan is launched from C++ (other cached plans
-run their ``run`` with a workspace of their own), and the autograd kernel records
+run their ``run``, as the operator's: see ``wsgemm.workspace``), and the autograd kernel records
 one C++ node, entering Python only in backward. A call through the operator took
 10.23 us of host time at 64x64x64 on the H200 this way, 19.12 with the kernels in
 Python (``_gemm_kernel`` and ``register_autograd``, which this module registers
@@ -30,7 +30,7 @@ from __future__ import annotations
 import torch
 
 from . import api, fast_path
-from .workspace import per_call_workspaces
+from .workspace import operator_calls
 
 # The package's own name: benchmarks/baseline.py imports an older wsgemm beside this
 # one as wsgemm_base, whose operator must not take (or clash with) this one's name.
@@ -44,17 +44,18 @@ _library.define("gemm(Tensor a, Tensor b, ScalarType? out_dtype=None, str read_b
 def _gemm_kernel(a: torch.Tensor, b: torch.Tensor, out_dtype: torch.dtype | None = None,
                  read_before_wait: str = "") -> torch.Tensor:
     """``a @ b``; see :func:`wsgemm.gemm` (``read_before_wait`` there: inference only,
-    ``wsgemm.gemm`` refuses it where autograd records). A split-K or stream-K plan gets
-    a workspace for this call alone: compiled graphs may run under CUDA-graph trees,
-    which allow nothing but outputs to outlive a call in their memory pool."""
-    with per_call_workspaces():
+    ``wsgemm.gemm`` refuses it where autograd records). Captured, a split-K or
+    stream-K plan gets a workspace for this call alone: compiled graphs are captured
+    into CUDA-graph trees, which allow nothing but outputs to outlive a call in their
+    memory pool (``wsgemm.workspace``)."""
+    with operator_calls():
         return api.gemm_eager(a, b, None, out_dtype, None, read_before_wait)
 
 
 def _run_cached_plan(run, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     """A cached plan's ``run`` for the operator's C++ kernel (plans other than direct
-    ones, which it launches itself): with a workspace for this call alone, as above."""
-    with per_call_workspaces():
+    ones, which it launches itself), as a call through the operator, as above."""
+    with operator_calls():
         return run(a, b, None)
 
 

@@ -1,5 +1,6 @@
 """Split-K and stream-K workspaces: one per (device, CUDA stream), reused across
-calls; one per stream of each CUDA-graph capture; one per call through the operator.
+calls; one per stream of each CUDA-graph capture, or one per captured call through
+the operator.
 
 A split-K or stream-K kernel needs int32 arrival flags that are zero when it starts,
 and fp32 slots for partial sums (``kernels/common/split_k.py``, ``stream_k.py``).
@@ -10,6 +11,14 @@ concurrent streams never race on the flags. When a call needs a larger workspace
 the old one is dropped: the caching allocator reuses its memory only for later work
 on the same stream, after the launches queued before.
 
+These kept workspaces are allocated on a helper thread. Inductor's CUDA-graph trees
+(``torch.compile(mode="reduce-overhead")``) warm a graph up on a stream of their own
+with every allocation of the warming thread routed into the graph's memory pool, and
+then check that nothing in the pool outlives the call but its outputs: a workspace
+kept from there failed that check (benchmarks/NOTES.md section 58). The routing is
+per thread, so the helper's allocations stay in the ordinary pool, on the caller's
+stream (the memset of the flags queued there, ahead of the caller's launch).
+
 A CUDA graph is different: it replays the addresses it captured for as long as it
 lives, and may be replayed on any stream. So the calls captured on one stream of one
 capture share a workspace of their own, zeroed inside the graph by the first of them
@@ -19,20 +28,15 @@ later allocation or another graph scribble on it. Within the capture those calls
 in stream order, like eager calls on one stream. (A workspace per captured call puts
 a memset node in front of every split-K call of a graph: about 1 us more per call on
 an H200, benchmarks/NOTES.md section 25.) Where the driver cannot name the capture,
-each captured call does get its own workspace.
-
-Calls through the ``torch.ops.wsgemm.gemm`` operator (compiled graphs) get one of
-their own too, freed after the call (``per_call_workspaces``). Inductor's CUDA-graph
-trees (``mode="reduce-overhead"``) warm a graph up on a stream of their own with
-every allocation of the thread routed into the graph's memory pool, then check that
-nothing in the pool outlives the call but its outputs: a kept workspace allocated
-there failed that check (benchmarks/NOTES.md section 58), and would sit in memory the
-trees believe free. A per-call workspace costs a memset and two allocations per
-split-K call: 14 us of host time on the H200's host (section 58).
+each captured call does get its own workspace. So do calls through the
+``torch.ops.wsgemm.gemm`` operator (``operator_calls``): the graphs they are captured
+into are CUDA-graph trees', which allow nothing kept in their pool after recording
+either; each such workspace is freed after its call, its memory the graph's.
 """
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import threading
 
@@ -44,27 +48,37 @@ _workspaces: dict[tuple[int, int], tuple[torch.Tensor, torch.Tensor]] = {}
 _captures: dict[tuple[int, int], tuple[torch.Tensor, torch.Tensor]] = {}
 _captured: list[tuple[torch.Tensor, torch.Tensor]] = []
 _lock = threading.RLock()  # re-entered when a captured workspace is grown and kept
-_per_call = threading.local()  # .active: inside per_call_workspaces()
+_operator = threading.local()  # .active: inside operator_calls()
+_helper = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="wsgemm-workspace")
+# The current stream's handle: torch.cuda.current_stream() builds a Stream object
+# first (3.2 of the 5.0 us a kept workspace took on the H200's host, NOTES section 58).
+_raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
 
 
 @contextlib.contextmanager
-def per_call_workspaces():
-    """Split-K and stream-K calls inside (on this thread) get a fresh zeroed
-    workspace each, which nothing keeps after the call."""
-    outer = getattr(_per_call, "active", False)
-    _per_call.active = True
+def operator_calls():
+    """Split-K and stream-K calls inside (on this thread) come through the operator:
+    captured, each gets a workspace of its own, which nothing keeps after the call."""
+    outer = getattr(_operator, "active", False)
+    _operator.active = True
     try:
         yield
     finally:
-        _per_call.active = outer
+        _operator.active = outer
+
+
+def current_stream_handle(device: torch.device) -> int:
+    if _raw_stream is not None:
+        return _raw_stream(device.index)
+    return torch.cuda.current_stream(device).cuda_stream
 
 
 def split_k_workspace(device: torch.device, flag_elems: int, partial_elems: int):
     """(flags, partials) with at least the requested sizes, for the current stream."""
-    if getattr(_per_call, "active", False):
-        return _grown(None, device, flag_elems, partial_elems)
-    stream = torch.cuda.current_stream(device).cuda_stream
+    stream = current_stream_handle(device)
     if torch.cuda.is_current_stream_capturing():
+        if getattr(_operator, "active", False):
+            return _grown(None, device, flag_elems, partial_elems)
         capture = capture_id(stream)
         if capture is None:  # cannot tell captures apart: a workspace per call
             return _kept(_grown(None, device, flag_elems, partial_elems))
@@ -79,7 +93,7 @@ def split_k_workspace(device: torch.device, flag_elems: int, partial_elems: int)
     if _holds(found, flag_elems, partial_elems):
         return found
     with _lock:
-        _workspaces[key] = _grown(_workspaces.get(key), device, flag_elems, partial_elems)
+        _workspaces[key] = _grown_outside_pools(_workspaces.get(key), device, stream, flag_elems, partial_elems)
         return _workspaces[key]
 
 
@@ -95,6 +109,18 @@ def _grown(found, device, flag_elems: int, partial_elems: int):
     partials = torch.empty(max(partial_elems, 0 if old_partials is None else old_partials.numel()),
                            dtype=torch.float32, device=device)
     return flags, partials
+
+
+def _grown_outside_pools(found, device, stream: int, flag_elems: int, partial_elems: int):
+    """``_grown`` on the helper thread, on ``stream`` (see the module's docstring)."""
+    if device.type != "cuda":
+        return _grown(found, device, flag_elems, partial_elems)
+
+    def allocate():
+        with torch.cuda.device(device), torch.cuda.stream(torch.cuda.ExternalStream(stream, device=device)):
+            return _grown(found, device, flag_elems, partial_elems)
+
+    return _helper.submit(allocate).result()
 
 
 def _kept(workspace):

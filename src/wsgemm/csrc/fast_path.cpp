@@ -20,7 +20,7 @@
 //    costs a boxed call into Python (~2 us on the development CPU) before the plan
 //    lookup, and a Python autograd kernel another (~5 us), also under no_grad.
 //    Registered here instead, a cached direct plan runs as in 1-2 (another cached
-//    plan runs its Python run, with a split-K workspace of its own), the autograd
+//    plan runs its Python run, as the operator's: see wsgemm.workspace), the autograd
 //    kernel records a node as in 3, and a call the cache does not serve goes to
 //    wsgemm.ops' Python kernel, which plans it.
 
@@ -341,7 +341,8 @@ py::object record_product(py::handle forward, py::handle a, py::handle b, py::ha
 
 // wsgemm.ops' Python kernel(a, b, out_dtype, read_before_wait), which plans and runs
 // a call the cache does not serve, and its run_plan(run, a, b), which runs a cached
-// plan that is not direct with a workspace of its own. Never released, like g_backward.
+// plan that is not direct as the operator's (a split-K workspace of its own where it
+// is captured). Never released, like g_backward.
 PyObject* g_operator_fallback = nullptr;
 PyObject* g_operator_run = nullptr;
 
@@ -382,7 +383,7 @@ at::Tensor operator_kernel(const at::Tensor& a, const at::Tensor& b, std::option
   if (plan != nullptr && !plan->kernel.is_none()) {
     result = run_plan(*plan, object_a, object_b);
   } else if (plan != nullptr) {
-    // Other plans may split K: through the operator, with a workspace of their own.
+    // Other plans may split K: captured through the operator, with a workspace of their own.
     const py::object run = plan->run;
     result = py::reinterpret_borrow<py::object>(g_operator_run)(run, object_a, object_b);
   } else {
