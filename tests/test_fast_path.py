@@ -89,7 +89,8 @@ def test_a_cached_call_skips_the_python_signature_and_runs_the_same_plan(module,
     # A CPU stand-in, run by Python: the product, via torch.
     def make_plan(a, b, out, out_dtype, config, read_before_wait=""):
         plans_made.append((tuple(a.shape), tuple(b.shape)))
-        return types.SimpleNamespace(launches_directly=False, run=lambda a, b, out: torch.matmul(a, b))
+        return types.SimpleNamespace(launches_directly=False, launches_swapped=False,
+                                     run=lambda a, b, out: torch.matmul(a, b))
 
     monkeypatch.setattr(api, "make_plan", make_plan)
     a, b = operand(64, 32, dtype=torch.float32), operand(48, 32, dtype=torch.float32).t()
@@ -128,7 +129,7 @@ def cpu_products(monkeypatch, fresh_plans):
             kernel(x, y, result, 3)
             return result
 
-        return types.SimpleNamespace(launches_directly=True, kernel=kernel,
+        return types.SimpleNamespace(launches_directly=True, launches_swapped=False, kernel=kernel,
                                      clusters=3, shape=shape, dtype=dtype, run=run)
 
     monkeypatch.setattr(api, "make_plan", make_plan)
@@ -154,6 +155,48 @@ def test_a_cached_direct_plan_is_launched_from_cpp(module, cpu_products, monkeyp
     module.remember(a, w.t(), plan.run, failing_kernel, 3, list(plan.shape), plan.dtype)
     with pytest.raises(ValueError, match="the launch failed"):
         wsgemm.gemm(a, w.t())
+
+
+def test_a_cached_swapped_plan_is_launched_from_cpp_with_transposed_views(module, fresh_plans, monkeypatch):
+    """Decode plans swap the operands: the kernel computes D^T = B^T A^T from views
+    the C++ launch makes (b^T, a^T and the result's transpose), as Plan.run does."""
+    launched = []
+
+    def make_plan(a, b, out, out_dtype, config, read_before_wait=""):
+        shape = (a.shape[0], b.shape[1])
+
+        def kernel(bt, at, dt, clusters):
+            launched.append((tuple(bt.shape), tuple(at.shape), tuple(dt.shape), dt.stride(), clusters))
+            dt.copy_(bt @ at)
+
+        def run(x, y, out):
+            launched.append("run")
+            result = torch.empty(shape, dtype=x.dtype)
+            kernel(y.t(), x.t(), result.t(), 2)
+            return result
+
+        return types.SimpleNamespace(launches_directly=False, launches_swapped=True, kernel=kernel, clusters=2,
+                                     shape=shape, dtype=a.dtype, run=run)
+
+    monkeypatch.setattr(api, "make_plan", make_plan)
+    a, w = torch.randn(3, 5, dtype=torch.float64), torch.randn(8, 5, dtype=torch.float64)
+    for _ in range(2):
+        a.copy_(torch.randn(3, 5, dtype=torch.float64))
+        torch.testing.assert_close(wsgemm.gemm(a, w.t()), a @ w.t())
+    # Planned in Python, then launched from C++ into a (3, 8) result seen as its (8, 3) transpose.
+    assert launched == ["run", ((8, 5), (5, 3), (8, 3), (1, 8), 2), ((8, 5), (5, 3), (8, 3), (1, 8), 2)]
+    d = wsgemm.gemm(a.clone().requires_grad_(), w.t())
+    assert d.grad_fn.name() == "WsgemmGemmBackward" and d.is_contiguous()
+
+
+def test_plans_without_a_workspace_launch_from_cpp_direct_or_swapped():
+    def plan(mode, workspace):
+        return api.Plan(mode, (1, 8), torch.bfloat16, torch.device("cpu"), workspace=workspace)
+
+    assert plan("swap", (0, 0)).launches_swapped and not plan("swap", (0, 0)).launches_directly
+    assert not plan("swap", (52, 53248)).launches_swapped  # split K: Python finds the workspace
+    assert plan("direct", (0, 0)).launches_directly and not plan("direct", (0, 0)).launches_swapped
+    assert not plan("copy", (0, 0)).launches_swapped
 
 
 def test_a_promised_call_is_launched_from_cpp_and_refused_where_autograd_records(module, cpu_products,
@@ -303,7 +346,7 @@ def test_the_operator_runs_other_cached_plans_as_its_own_calls(module, fresh_pla
             runs.append(getattr(workspace._operator, "active", False))
             return torch.matmul(x, y)
 
-        return types.SimpleNamespace(launches_directly=False, run=run)
+        return types.SimpleNamespace(launches_directly=False, launches_swapped=False, run=run)
 
     monkeypatch.setattr(api, "make_plan", make_plan)
     a, w = torch.randn(3, 5, dtype=torch.float64), torch.randn(4, 5, dtype=torch.float64)

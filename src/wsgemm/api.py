@@ -234,6 +234,12 @@ class Plan:
     workspace: tuple[int, int] = (0, 0)
 
     @property
+    def launches_swapped(self) -> bool:
+        """Mode ``"swap"`` without a workspace: the kernel takes transposed views of
+        ``b``, ``a`` and the result, which the fast path makes in C++ (decode calls)."""
+        return self.mode == "swap" and not self.workspace[0]
+
+    @property
     def launches_directly(self) -> bool:
         """The caller's tensors go straight to the kernel, with nothing else to launch
         or decide per call (no workspace): the commonest cached call."""
@@ -665,13 +671,15 @@ def without_fast_path():
 
 
 def _remember_plan(a, b, plan: Plan, read_before_wait: str) -> None:
-    """The plan for the fast path's lookup; a direct plan without a workspace (on one
-    GPU: several need a device switch first) is launched from C++ itself."""
+    """The plan for the fast path's lookup; a direct or swapped plan without a
+    workspace (on one GPU: several need a device switch first) is launched from C++
+    itself."""
     module = fast_path.load()
     if module is None:
         return
-    if plan.launches_directly and not _several_gpus():
-        module.remember(a, b, plan.run, plan.kernel, plan.clusters, plan.shape, plan.dtype, read_before_wait)
+    if (plan.launches_directly or plan.launches_swapped) and not _several_gpus():
+        module.remember(a, b, plan.run, plan.kernel, plan.clusters, plan.shape, plan.dtype, read_before_wait,
+                        plan.launches_swapped)
     else:
         module.remember(a, b, plan.run, read_before_wait=read_before_wait)
 

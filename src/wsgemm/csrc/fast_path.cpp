@@ -10,7 +10,8 @@
 //    is the key's last word: the promise changes the kernel (which operand loads
 //    before the dependent launch's wait), so a promised call has its own plan.
 // 2. Launching it. A direct plan's result is allocated with at::empty and its
-//    TVM-FFI kernel called by vectorcall: no Python frame, no argument parsing.
+//    TVM-FFI kernel called by vectorcall: no Python frame, no argument parsing. A
+//    swapped plan's (decode shapes) likewise, with transposed views made here.
 // 3. Recording the product for autograd. torch.autograd.Function's apply builds a
 //    Python context object and a PyNode around the forward (~4 us on the
 //    development CPU); a C++ Node that saves the two operands costs ~0.8 us, and
@@ -76,10 +77,14 @@ struct PlanKeyHash {
 // Python frame of run() and new_empty's argument parsing.
 struct RememberedPlan {
   py::object run;
-  py::object kernel;    // None unless direct
+  py::object kernel;    // None unless launched from here
   py::object clusters;  // the kernel's last argument (a Python int)
   std::vector<int64_t> shape;
   c10::ScalarType dtype = c10::ScalarType::Undefined;
+  // Swapped operands (decode shapes): the kernel computes D^T = B^T A^T, called with
+  // transposed views of b, a and the result (three Python .t() calls cost ~2.6 us on
+  // the H200's host, benchmarks/NOTES.md section 58).
+  bool swapped = false;
 };
 
 // Never destroyed: its values hold Python objects, which must not be released after
@@ -168,24 +173,26 @@ py::object find(py::handle a, py::handle b, py::handle read_before_wait) {
   return plan == nullptr ? py::none() : plan->run;
 }
 
-// run: the plan's run(a, b, out). For a direct plan also kernel, clusters, and the
-// result's shape and dtype (its device is a's: the key holds a's device).
+// run: the plan's run(a, b, out). For a plan launched from here also kernel,
+// clusters, and the result's shape and dtype (its device is a's: the key holds a's
+// device); swapped: the kernel takes (b^T, a^T, result^T).
 bool remember(py::handle a, py::handle b, py::object run, py::object kernel, py::object clusters,
-              std::vector<int64_t> shape, py::handle dtype, py::handle read_before_wait) {
+              std::vector<int64_t> shape, py::handle dtype, py::handle read_before_wait, bool swapped) {
   PlanKey key;
   if (!plan_key(a, b, read_before_wait, key)) {
     return false;
   }
   RememberedPlan plan{std::move(run), std::move(kernel), std::move(clusters), std::move(shape)};
+  plan.swapped = swapped;
   if (!plan.kernel.is_none()) {
-    TORCH_CHECK(THPDtype_Check(dtype.ptr()), "wsgemm fast path: a direct plan needs the result's dtype");
+    TORCH_CHECK(THPDtype_Check(dtype.ptr()), "wsgemm fast path: a plan launched here needs the result's dtype");
     plan.dtype = reinterpret_cast<THPDtype*>(dtype.ptr())->scalar_type;
   }
   (*g_plans)[key] = std::move(plan);
   return true;
 }
 
-// The plan's result for (a, b): launched here if direct, else by its Python run.
+// The plan's result for (a, b): launched here if it has a kernel, else by its Python run.
 // The callables are held by reference for the call: another thread may forget() the
 // plan while this one is inside Python (the map entry is then gone, not its objects).
 py::object run_plan(const RememberedPlan& plan, py::handle a, py::handle b) {
@@ -197,8 +204,16 @@ py::object run_plan(const RememberedPlan& plan, py::handle a, py::handle b) {
   const py::object kernel = plan.kernel;
   const py::object clusters = plan.clusters;
   const at::Tensor& tensor_a = THPVariable_Unpack(a.ptr());
-  auto out = py::reinterpret_steal<py::object>(
-      THPVariable_Wrap(at::empty(plan.shape, tensor_a.options().dtype(plan.dtype))));
+  const at::Tensor result = at::empty(plan.shape, tensor_a.options().dtype(plan.dtype));
+  auto out = py::reinterpret_steal<py::object>(THPVariable_Wrap(result));
+  if (plan.swapped) {
+    const auto b_t = py::reinterpret_steal<py::object>(THPVariable_Wrap(THPVariable_Unpack(b.ptr()).t()));
+    const auto a_t = py::reinterpret_steal<py::object>(THPVariable_Wrap(tensor_a.t()));
+    const auto out_t = py::reinterpret_steal<py::object>(THPVariable_Wrap(result.t()));
+    PyObject* args[] = {b_t.ptr(), a_t.ptr(), out_t.ptr(), clusters.ptr()};
+    py::reinterpret_steal<py::object>(check_call(PyObject_Vectorcall(kernel.ptr(), args, 4, nullptr)));
+    return out;
+  }
   PyObject* args[] = {a.ptr(), b.ptr(), out.ptr(), clusters.ptr()};
   py::reinterpret_steal<py::object>(check_call(PyObject_Vectorcall(kernel.ptr(), args, 4, nullptr)));
   return out;
@@ -434,7 +449,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("remember", &remember, "Remember a plan for this call signature; False if it cannot be cached",
         py::arg("a"), py::arg("b"), py::arg("run"), py::arg("kernel") = py::none(), py::arg("clusters") = py::none(),
         py::arg("shape") = std::vector<int64_t>(), py::arg("dtype") = py::none(),
-        py::arg("read_before_wait") = py::str(""));
+        py::arg("read_before_wait") = py::str(""), py::arg("swapped") = false);
   m.def("forget", &forget, "Forget every remembered plan");
   m.def("plans_remembered", &plans_remembered);
   m.def("set_backward", &set_backward);
