@@ -71,6 +71,20 @@ def python_kernels_twin():
     return library, torch.ops.wsgemm_bench.gemm.default
 
 
+@contextlib.contextmanager
+def fresh_workspaces():
+    """``Plan.run`` inside gets a new zeroed workspace per call, as a captured operator
+    call does (``wsgemm.workspace``)."""
+    from wsgemm import workspace
+
+    kept = wsgemm.api.split_k_workspace
+    wsgemm.api.split_k_workspace = lambda device, flags, partials, *_: workspace._grown(None, device, flags, partials)
+    try:
+        yield
+    finally:
+        wsgemm.api.split_k_workspace = kept
+
+
 # Llama-3 8B's projections at one token: the default path swaps the operands of all
 # four and splits K for gate_up and down (results/suite_llm_decode.md).
 DECODE_SHAPES = ((1, 6144, 4096), (1, 4096, 4096), (1, 28672, 4096), (1, 4096, 14336))
@@ -104,6 +118,10 @@ def decode_rows(calls: int, repeats: int) -> dict:
             impls["parts: torch.cuda.is_current_stream_capturing()"] = torch.cuda.is_current_stream_capturing
             impls["parts: a fresh zeroed workspace (a captured operator call's)"] = \
                 lambda: workspace._grown(None, device, *plan.workspace)
+            # The operator's split calls before session 43 ran Plan.run with a workspace
+            # of their own even where nothing was captured.
+            impls["parts: Plan.run, a fresh workspace per call (the operator's before session 43)"] = \
+                (lambda: plan.run(a, wt, None), fresh_workspaces)
         with torch.inference_mode():
             rows[f"{m}x{n}x{k} ({plan.spec.short() if plan.spec else plan.mode})"] = per_call_us(
                 impls, calls, repeats)

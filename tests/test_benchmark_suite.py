@@ -597,6 +597,16 @@ def test_host_overhead_report_is_named_by_its_kind_and_lists_every_call(monkeypa
     assert "| 1x6144x4096 (swap) | `wsgemm.gemm(a, w.t())` | 11.80 | 11.60 | 12.60 |" in table
     assert "Regenerate: `python benchmarks/bench_overhead.py --decode --calls 100`" in table
 
+
+def test_the_decode_overheads_twin_of_the_old_operator_gets_a_fresh_workspace_per_call(monkeypatch):
+    overhead = load_torch_script(monkeypatch, "bench_overhead")
+    kept = overhead.wsgemm.api.split_k_workspace
+    with overhead.fresh_workspaces():
+        one = overhead.wsgemm.api.split_k_workspace(overhead.torch.device("cpu"), 4, 100)
+        two = overhead.wsgemm.api.split_k_workspace(overhead.torch.device("cpu"), 4, 100)
+        assert one[0] is not two[0] and not one[0].any() and one[1].numel() == 100
+    assert overhead.wsgemm.api.split_k_workspace is kept
+
 # ----------------------------------------------------------------------------- baseline
 
 

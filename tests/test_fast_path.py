@@ -30,6 +30,13 @@ def operand(*shape, dtype=torch.bfloat16):
     return torch.randn(*shape).to(dtype)
 
 
+def stand_in(run, kernel=None, *, mode="direct", clusters=3, shape=(), dtype=None, workspace_source=None):
+    """A plan for ``api.make_plan`` to return: what ``_remember_plan`` reads of an
+    ``api.Plan``. With a kernel, C++ launches it (modes direct and swap)."""
+    return types.SimpleNamespace(launches_from_cpp=kernel is not None, mode=mode, kernel=kernel, clusters=clusters,
+                                 shape=shape, dtype=dtype, run=run, workspace_source=lambda: workspace_source)
+
+
 def test_lookup_keys_shape_stride_dtype_alignment_and_grad_like_the_python_signature(module, fresh_plans):
     a, b = operand(64, 32), operand(48, 32).t()
     run = object()
@@ -89,8 +96,7 @@ def test_a_cached_call_skips_the_python_signature_and_runs_the_same_plan(module,
     # A CPU stand-in, run by Python: the product, via torch.
     def make_plan(a, b, out, out_dtype, config, read_before_wait=""):
         plans_made.append((tuple(a.shape), tuple(b.shape)))
-        return types.SimpleNamespace(launches_directly=False, launches_swapped=False,
-                                     run=lambda a, b, out: torch.matmul(a, b))
+        return stand_in(lambda a, b, out: torch.matmul(a, b))
 
     monkeypatch.setattr(api, "make_plan", make_plan)
     a, b = operand(64, 32, dtype=torch.float32), operand(48, 32, dtype=torch.float32).t()
@@ -129,8 +135,7 @@ def cpu_products(monkeypatch, fresh_plans):
             kernel(x, y, result, 3)
             return result
 
-        return types.SimpleNamespace(launches_directly=True, launches_swapped=False, kernel=kernel,
-                                     clusters=3, shape=shape, dtype=dtype, run=run)
+        return stand_in(run, kernel, shape=shape, dtype=dtype)
 
     monkeypatch.setattr(api, "make_plan", make_plan)
     return products
@@ -175,8 +180,7 @@ def test_a_cached_swapped_plan_is_launched_from_cpp_with_transposed_views(module
             kernel(y.t(), x.t(), result.t(), 2)
             return result
 
-        return types.SimpleNamespace(launches_directly=False, launches_swapped=True, kernel=kernel, clusters=2,
-                                     shape=shape, dtype=a.dtype, run=run)
+        return stand_in(run, kernel, mode="swap", clusters=2, shape=shape, dtype=a.dtype)
 
     monkeypatch.setattr(api, "make_plan", make_plan)
     a, w = torch.randn(3, 5, dtype=torch.float64), torch.randn(8, 5, dtype=torch.float64)
@@ -189,14 +193,61 @@ def test_a_cached_swapped_plan_is_launched_from_cpp_with_transposed_views(module
     assert d.grad_fn.name() == "WsgemmGemmBackward" and d.is_contiguous()
 
 
-def test_plans_without_a_workspace_launch_from_cpp_direct_or_swapped():
+def test_a_cached_split_plan_asks_its_workspace_source_as_an_eager_call_or_the_operators(
+        module, fresh_plans, monkeypatch):
+    """A split-K decode plan (swapped, with a workspace) is launched from C++ too: one
+    Python call fetches the stream's workspace, ``through_operator`` saying whose call
+    it is (captured, the operator's gets its own, ``wsgemm.workspace``)."""
+    asked, launched = [], []
+    flags, partials = torch.zeros(4, dtype=torch.int32), torch.empty(64)
+
+    def workspace_source(through_operator):
+        asked.append(through_operator)
+        return flags, partials
+
+    def make_plan(a, b, out, out_dtype, config, read_before_wait=""):
+        shape = (a.shape[0], b.shape[1])
+
+        def kernel(bt, at, dt, got_flags, got_partials, clusters):
+            assert got_flags is flags and got_partials is partials and clusters == 2
+            launched.append(tuple(dt.shape))
+            dt.copy_(bt @ at)
+
+        def run(x, y, out):
+            launched.append("run")
+            result = torch.empty(shape, dtype=x.dtype)
+            kernel(y.t(), x.t(), result.t(), *workspace_source(False), 2)
+            return result
+
+        return stand_in(run, kernel, mode="swap", clusters=2, shape=shape, dtype=a.dtype,
+                        workspace_source=workspace_source)
+
+    monkeypatch.setattr(api, "make_plan", make_plan)
+    a, w = torch.randn(3, 5, dtype=torch.float64), torch.randn(8, 5, dtype=torch.float64)
+    torch.testing.assert_close(wsgemm.gemm(a, w.t()), a @ w.t())
+    torch.testing.assert_close(wsgemm.gemm(a, w.t()), a @ w.t())
+    torch.testing.assert_close(ops.gemm_op(a, w.t(), None, ""), a @ w.t())
+    # Planned and run by Python (its kernel call included), then launched from C++ twice.
+    assert launched == ["run", (8, 3), (8, 3), (8, 3)] and asked == [False, False, True]
+
+    def bad_source(through_operator):
+        return flags
+
+    module.remember(a, w.t(), api._plans[next(iter(api._plans))].run, lambda *args: None, 2, [3, 8], a.dtype,
+                    "", True, bad_source)
+    with pytest.raises(RuntimeError, match="returns \\(flags, partials\\)"):
+        wsgemm.gemm(a, w.t())
+
+
+def test_direct_and_swapped_plans_launch_from_cpp_with_their_workspace_source():
     def plan(mode, workspace):
         return api.Plan(mode, (1, 8), torch.bfloat16, torch.device("cpu"), workspace=workspace)
 
-    assert plan("swap", (0, 0)).launches_swapped and not plan("swap", (0, 0)).launches_directly
-    assert not plan("swap", (52, 53248)).launches_swapped  # split K: Python finds the workspace
-    assert plan("direct", (0, 0)).launches_directly and not plan("direct", (0, 0)).launches_swapped
-    assert not plan("copy", (0, 0)).launches_swapped
+    assert plan("swap", (0, 0)).launches_from_cpp and plan("direct", (52, 53248)).launches_from_cpp
+    assert not plan("copy", (0, 0)).launches_from_cpp and not plan("fold", (0, 0)).launches_from_cpp
+    assert plan("swap", (0, 0)).workspace_source() is None
+    source = plan("swap", (52, 53248)).workspace_source()
+    assert source.func is api.split_k_workspace and source.args == (torch.device("cpu"), 52, 53248)
 
 
 def test_a_promised_call_is_launched_from_cpp_and_refused_where_autograd_records(module, cpu_products,
@@ -334,9 +385,10 @@ def test_the_operator_runs_cached_plans_from_cpp_and_records_its_own_node(module
 
 
 def test_the_operator_runs_other_cached_plans_as_its_own_calls(module, fresh_plans, monkeypatch):
-    """A cached plan that is not direct (swapped operands, a split-K workspace) runs its
-    Python ``run`` from the operator's C++ kernel inside ``workspace.operator_calls``:
-    captured into CUDA-graph trees, its workspace must be its own (workspace.py)."""
+    """A cached plan neither direct nor swapped (copied or reshaped operands, perhaps a
+    split-K workspace) runs its Python ``run`` from the operator's C++ kernel inside
+    ``workspace.operator_calls``: captured into CUDA-graph trees, its workspace must be
+    its own (workspace.py)."""
     from wsgemm import workspace
 
     runs = []
@@ -346,7 +398,7 @@ def test_the_operator_runs_other_cached_plans_as_its_own_calls(module, fresh_pla
             runs.append(getattr(workspace._operator, "active", False))
             return torch.matmul(x, y)
 
-        return types.SimpleNamespace(launches_directly=False, launches_swapped=False, run=run)
+        return stand_in(run, mode="copy")
 
     monkeypatch.setattr(api, "make_plan", make_plan)
     a, w = torch.randn(3, 5, dtype=torch.float64), torch.randn(4, 5, dtype=torch.float64)

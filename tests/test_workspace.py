@@ -88,6 +88,19 @@ def test_calls_through_the_operator_get_a_workspace_each_only_where_captured(cud
     assert ws.split_k_workspace(CPU, 4, 100) is ws.split_k_workspace(CPU, 4, 100)  # eager capture: shared again
 
 
+def test_the_operators_cpp_launches_say_through_operator_instead_of_the_context(cuda_streams):
+    """The operator's C++ kernel launches cached plans without entering operator_calls():
+    it passes through_operator, which means the same."""
+    eager = ws.split_k_workspace(CPU, 4, 100, through_operator=True)
+    assert ws.split_k_workspace(CPU, 4, 100) is eager  # uncaptured: the stream's kept one
+    cuda_streams.capture = 11
+    one = ws.split_k_workspace(CPU, 4, 100, through_operator=True)
+    two = ws.split_k_workspace(CPU, 4, 100, through_operator=True)
+    assert len({id(one[0]), id(two[0]), id(eager[0])}) == 3 and ws._captured == []
+    shared = ws.split_k_workspace(CPU, 4, 100)  # an eager capture: the capture's shared one
+    assert ws.split_k_workspace(CPU, 4, 100) is shared and len(ws._captured) == 1
+
+
 def test_kept_workspaces_are_allocated_on_the_helper_thread_on_the_callers_stream(cuda_streams, monkeypatch):
     """Inductor's CUDA-graph trees route a warm-up's allocations into the graph's pool
     per thread: a kept workspace comes from another one, on the caller's stream."""

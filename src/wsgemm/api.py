@@ -234,10 +234,19 @@ class Plan:
     workspace: tuple[int, int] = (0, 0)
 
     @property
-    def launches_swapped(self) -> bool:
-        """Mode ``"swap"`` without a workspace: the kernel takes transposed views of
-        ``b``, ``a`` and the result, which the fast path makes in C++ (decode calls)."""
-        return self.mode == "swap" and not self.workspace[0]
+    def launches_from_cpp(self) -> bool:
+        """Modes ``"direct"`` and ``"swap"``: the C++ fast path can launch the kernel
+        itself, making the transposed views of a swap (decode calls) and asking
+        ``workspace_source`` for a split's workspace; the other modes copy or reshape
+        their operands in ``run``."""
+        return self.mode in ("direct", "swap")
+
+    def workspace_source(self):
+        """None without a workspace; else ``source(through_operator) -> (flags,
+        partials)``, the fast path's way to the workspace of the stream it launches on."""
+        if not self.workspace[0]:
+            return None
+        return functools.partial(split_k_workspace, self.device, *self.workspace)
 
     @property
     def launches_directly(self) -> bool:
@@ -671,15 +680,14 @@ def without_fast_path():
 
 
 def _remember_plan(a, b, plan: Plan, read_before_wait: str) -> None:
-    """The plan for the fast path's lookup; a direct or swapped plan without a
-    workspace (on one GPU: several need a device switch first) is launched from C++
-    itself."""
+    """The plan for the fast path's lookup; a direct or swapped plan (on one GPU:
+    several need a device switch first) is launched from C++ itself."""
     module = fast_path.load()
     if module is None:
         return
-    if (plan.launches_directly or plan.launches_swapped) and not _several_gpus():
+    if plan.launches_from_cpp and not _several_gpus():
         module.remember(a, b, plan.run, plan.kernel, plan.clusters, plan.shape, plan.dtype, read_before_wait,
-                        plan.launches_swapped)
+                        plan.mode == "swap", plan.workspace_source())
     else:
         module.remember(a, b, plan.run, read_before_wait=read_before_wait)
 

@@ -6,9 +6,10 @@ fraction of one in C++ (numbers in ``benchmarks/NOTES.md`` section 28):
 * finding the plan of a call without ``out=``, ``out_dtype=`` or ``config=``, keyed
   by both operands' shapes, strides, dtypes, devices and base alignment, as
   :func:`wsgemm.api._signature` keys the Python cache (``remember``, ``find``);
-* launching it: a direct plan's result is allocated and its TVM-FFI kernel called
-  from C++, any other plan's ``run`` called (``call(a, b)``, which ``wsgemm.gemm``
-  asks first);
+* launching it: a direct or swapped plan's result is allocated and its TVM-FFI
+  kernel called from C++ (a split's workspace asked of ``wsgemm.workspace`` in one
+  Python call), any other plan's ``run`` called (``call(a, b)``, which
+  ``wsgemm.gemm`` asks first);
 * recording the product for autograd as one C++ node instead of a
   ``torch.autograd.Function`` (in ``call``, and ``record_product`` for calls the
   cache does not serve);

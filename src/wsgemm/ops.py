@@ -9,8 +9,8 @@ registrations in Python that checks the output for aliasing on every call (35.3
 against 39.4 us per call on the H200's host, benchmarks/NOTES.md section 56).
 
 Where the C++ fast path is built, the backend and autograd kernels are its own
-(``register_operator``): a cached direct plan is launched from C++ (other cached plans
-run their ``run``, as the operator's: see ``wsgemm.workspace``), and the autograd kernel records
+(``register_operator``): a cached direct or swapped plan is launched from C++ (other
+cached plans run their ``run``, as the operator's: see ``wsgemm.workspace``), and the autograd kernel records
 one C++ node, entering Python only in backward. A call through the operator took
 10.23 us of host time at 64x64x64 on the H200 this way, 19.12 with the kernels in
 Python (``_gemm_kernel`` and ``register_autograd``, which this module registers
@@ -54,7 +54,8 @@ def _gemm_kernel(a: torch.Tensor, b: torch.Tensor, out_dtype: torch.dtype | None
 
 def _run_cached_plan(run, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     """A cached plan's ``run`` for the operator's C++ kernel (plans other than direct
-    ones, which it launches itself), as a call through the operator, as above."""
+    and swapped ones, which it launches itself), as a call through the operator, as
+    above."""
     with operator_calls():
         return run(a, b, None)
 

@@ -29,7 +29,8 @@ in stream order, like eager calls on one stream. (A workspace per captured call 
 a memset node in front of every split-K call of a graph: about 1 us more per call on
 an H200, benchmarks/NOTES.md section 25.) Where the driver cannot name the capture,
 each captured call does get its own workspace. So do calls through the
-``torch.ops.wsgemm.gemm`` operator (``operator_calls``): the graphs they are captured
+``torch.ops.wsgemm.gemm`` operator (``operator_calls``, or ``through_operator`` from
+its C++ kernel's launches): the graphs they are captured
 into are CUDA-graph trees', which allow nothing kept in their pool after recording
 either; each such workspace is freed after its call, its memory the graph's.
 """
@@ -73,11 +74,13 @@ def current_stream_handle(device: torch.device) -> int:
     return torch.cuda.current_stream(device).cuda_stream
 
 
-def split_k_workspace(device: torch.device, flag_elems: int, partial_elems: int):
-    """(flags, partials) with at least the requested sizes, for the current stream."""
+def split_k_workspace(device: torch.device, flag_elems: int, partial_elems: int, through_operator: bool = False):
+    """(flags, partials) with at least the requested sizes, for the current stream.
+    ``through_operator``: the call comes through the operator (as inside
+    ``operator_calls``; the operator's C++ kernel says so here)."""
     stream = current_stream_handle(device)
     if torch.cuda.is_current_stream_capturing():
-        if getattr(_operator, "active", False):
+        if through_operator or getattr(_operator, "active", False):
             return _grown(None, device, flag_elems, partial_elems)
         capture = capture_id(stream)
         if capture is None:  # cannot tell captures apart: a workspace per call

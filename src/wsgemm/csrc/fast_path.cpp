@@ -11,7 +11,9 @@
 //    before the dependent launch's wait), so a promised call has its own plan.
 // 2. Launching it. A direct plan's result is allocated with at::empty and its
 //    TVM-FFI kernel called by vectorcall: no Python frame, no argument parsing. A
-//    swapped plan's (decode shapes) likewise, with transposed views made here.
+//    swapped plan's (decode shapes) likewise, with transposed views made here. A
+//    split-K or stream-K plan's workspace comes from one Python call to the plan's
+//    workspace source (wsgemm.workspace keys it by stream and capture).
 // 3. Recording the product for autograd. torch.autograd.Function's apply builds a
 //    Python context object and a PyNode around the forward (~4 us on the
 //    development CPU); a C++ Node that saves the two operands costs ~0.8 us, and
@@ -20,8 +22,9 @@
 //    call) reaches its backend kernel through the dispatcher; a Python kernel there
 //    costs a boxed call into Python (~2 us on the development CPU) before the plan
 //    lookup, and a Python autograd kernel another (~5 us), also under no_grad.
-//    Registered here instead, a cached direct plan runs as in 1-2 (another cached
-//    plan runs its Python run, as the operator's: see wsgemm.workspace), the autograd
+//    Registered here instead, a cached direct or swapped plan runs as in 1-2 (its
+//    workspace asked for as the operator's; another cached plan runs its Python run,
+//    as the operator's: see wsgemm.workspace), the autograd
 //    kernel records a node as in 3, and a call the cache does not serve goes to
 //    wsgemm.ops' Python kernel, which plans it.
 
@@ -72,9 +75,10 @@ struct PlanKeyHash {
 };
 
 // What a call signature resolves to. Every plan has its Python run(a, b, out). A
-// "direct" plan without a workspace (the commonest) is also launched from here: the
-// result allocated with at::empty, then kernel(a, b, out, clusters), which saves the
-// Python frame of run() and new_empty's argument parsing.
+// "direct" plan (the commonest) or a "swapped" one is also launched from here: the
+// result allocated with at::empty, then kernel(a, b, out, clusters), or with a
+// workspace kernel(a, b, out, flags, partials, clusters), which saves the Python
+// frame of run() and new_empty's argument parsing.
 struct RememberedPlan {
   py::object run;
   py::object kernel;    // None unless launched from here
@@ -85,6 +89,9 @@ struct RememberedPlan {
   // transposed views of b, a and the result (three Python .t() calls cost ~2.6 us on
   // the H200's host, benchmarks/NOTES.md section 58).
   bool swapped = false;
+  // Split-K and stream-K plans: workspace(through_operator) -> (flags, partials), for
+  // the current stream (wsgemm.workspace.split_k_workspace); None otherwise.
+  py::object workspace;
 };
 
 // Never destroyed: its values hold Python objects, which must not be released after
@@ -175,15 +182,18 @@ py::object find(py::handle a, py::handle b, py::handle read_before_wait) {
 
 // run: the plan's run(a, b, out). For a plan launched from here also kernel,
 // clusters, and the result's shape and dtype (its device is a's: the key holds a's
-// device); swapped: the kernel takes (b^T, a^T, result^T).
+// device); swapped: the kernel takes (b^T, a^T, result^T); workspace: the plan's
+// workspace source, or None.
 bool remember(py::handle a, py::handle b, py::object run, py::object kernel, py::object clusters,
-              std::vector<int64_t> shape, py::handle dtype, py::handle read_before_wait, bool swapped) {
+              std::vector<int64_t> shape, py::handle dtype, py::handle read_before_wait, bool swapped,
+              py::object workspace) {
   PlanKey key;
   if (!plan_key(a, b, read_before_wait, key)) {
     return false;
   }
   RememberedPlan plan{std::move(run), std::move(kernel), std::move(clusters), std::move(shape)};
   plan.swapped = swapped;
+  plan.workspace = std::move(workspace);
   if (!plan.kernel.is_none()) {
     TORCH_CHECK(THPDtype_Check(dtype.ptr()), "wsgemm fast path: a plan launched here needs the result's dtype");
     plan.dtype = reinterpret_cast<THPDtype*>(dtype.ptr())->scalar_type;
@@ -195,7 +205,9 @@ bool remember(py::handle a, py::handle b, py::object run, py::object kernel, py:
 // The plan's result for (a, b): launched here if it has a kernel, else by its Python run.
 // The callables are held by reference for the call: another thread may forget() the
 // plan while this one is inside Python (the map entry is then gone, not its objects).
-py::object run_plan(const RememberedPlan& plan, py::handle a, py::handle b) {
+// through_operator: a call of the operator, whose workspace must be its own where
+// the call is captured (wsgemm.workspace).
+py::object run_plan(const RememberedPlan& plan, py::handle a, py::handle b, bool through_operator) {
   if (plan.kernel.is_none()) {
     const py::object run = plan.run;
     PyObject* args[] = {a.ptr(), b.ptr(), Py_None};
@@ -203,19 +215,32 @@ py::object run_plan(const RememberedPlan& plan, py::handle a, py::handle b) {
   }
   const py::object kernel = plan.kernel;
   const py::object clusters = plan.clusters;
+  const py::object workspace_source = plan.workspace;
   const at::Tensor& tensor_a = THPVariable_Unpack(a.ptr());
   const at::Tensor result = at::empty(plan.shape, tensor_a.options().dtype(plan.dtype));
   auto out = py::reinterpret_steal<py::object>(THPVariable_Wrap(result));
+  // The kernel's operands: (a, b, out) as they are, or (b^T, a^T, out^T) for a swap.
+  py::object x = py::reinterpret_borrow<py::object>(a);
+  py::object y = py::reinterpret_borrow<py::object>(b);
+  py::object d = out;
   if (plan.swapped) {
-    const auto b_t = py::reinterpret_steal<py::object>(THPVariable_Wrap(THPVariable_Unpack(b.ptr()).t()));
-    const auto a_t = py::reinterpret_steal<py::object>(THPVariable_Wrap(tensor_a.t()));
-    const auto out_t = py::reinterpret_steal<py::object>(THPVariable_Wrap(result.t()));
-    PyObject* args[] = {b_t.ptr(), a_t.ptr(), out_t.ptr(), clusters.ptr()};
+    x = py::reinterpret_steal<py::object>(THPVariable_Wrap(THPVariable_Unpack(b.ptr()).t()));
+    y = py::reinterpret_steal<py::object>(THPVariable_Wrap(tensor_a.t()));
+    d = py::reinterpret_steal<py::object>(THPVariable_Wrap(result.t()));
+  }
+  if (workspace_source.is_none()) {
+    PyObject* args[] = {x.ptr(), y.ptr(), d.ptr(), clusters.ptr()};
     py::reinterpret_steal<py::object>(check_call(PyObject_Vectorcall(kernel.ptr(), args, 4, nullptr)));
     return out;
   }
-  PyObject* args[] = {a.ptr(), b.ptr(), out.ptr(), clusters.ptr()};
-  py::reinterpret_steal<py::object>(check_call(PyObject_Vectorcall(kernel.ptr(), args, 4, nullptr)));
+  PyObject* request[] = {through_operator ? Py_True : Py_False};
+  const auto workspace = py::reinterpret_steal<py::object>(
+      check_call(PyObject_Vectorcall(workspace_source.ptr(), request, 1, nullptr)));
+  TORCH_CHECK(PyTuple_Check(workspace.ptr()) && PyTuple_GET_SIZE(workspace.ptr()) == 2,
+              "wsgemm fast path: a workspace source returns (flags, partials)");
+  PyObject* args[] = {x.ptr(), y.ptr(), d.ptr(), PyTuple_GET_ITEM(workspace.ptr(), 0),
+                      PyTuple_GET_ITEM(workspace.ptr(), 1), clusters.ptr()};
+  py::reinterpret_steal<py::object>(check_call(PyObject_Vectorcall(kernel.ptr(), args, 6, nullptr)));
   return out;
 }
 
@@ -331,12 +356,12 @@ py::object call(py::handle a, py::handle b, py::handle read_before_wait) {
     return py::none();
   }
   if (!autograd_records(a, b)) {
-    return run_plan(*plan, a, b);
+    return run_plan(*plan, a, b, false);
   }
   if (functorch_transforms_active() || early_operand_word(read_before_wait) != 0) {
     return py::none();
   }
-  return record([&] { return run_plan(*plan, a, b); }, a, b);
+  return record([&] { return run_plan(*plan, a, b, false); }, a, b);
 }
 
 // forward(a, b, out_dtype) recorded for autograd (a call without a remembered plan,
@@ -356,8 +381,8 @@ py::object record_product(py::handle forward, py::handle a, py::handle b, py::ha
 
 // wsgemm.ops' Python kernel(a, b, out_dtype, read_before_wait), which plans and runs
 // a call the cache does not serve, and its run_plan(run, a, b), which runs a cached
-// plan that is not direct as the operator's (a split-K workspace of its own where it
-// is captured). Never released, like g_backward.
+// plan that is neither direct nor swapped as the operator's (a split-K workspace of
+// its own where it is captured). Never released, like g_backward.
 PyObject* g_operator_fallback = nullptr;
 PyObject* g_operator_run = nullptr;
 
@@ -396,9 +421,9 @@ at::Tensor operator_kernel(const at::Tensor& a, const at::Tensor& b, std::option
   py::object result;
   const RememberedPlan* plan = out_dtype.has_value() ? nullptr : remembered(object_a, object_b, promise);
   if (plan != nullptr && !plan->kernel.is_none()) {
-    result = run_plan(*plan, object_a, object_b);
+    result = run_plan(*plan, object_a, object_b, true);
   } else if (plan != nullptr) {
-    // Other plans may split K: captured through the operator, with a workspace of their own.
+    // Other plans (operands copied or reshaped) may split K too: run as the operator's.
     const py::object run = plan->run;
     result = py::reinterpret_borrow<py::object>(g_operator_run)(run, object_a, object_b);
   } else {
@@ -415,7 +440,7 @@ at::Tensor operator_kernel(const at::Tensor& a, const at::Tensor& b, std::option
 // Register namespace::gemm's kernels (its schema defined by wsgemm.ops):
 // operator_kernel for every backend, with fallback(a, b, out_dtype, read_before_wait)
 // for the calls the cache does not serve and run_plan(run, a, b) for cached plans that
-// are not direct, and operator_autograd, whose node computes gradients with
+// are neither direct nor swapped, and operator_autograd, whose node computes gradients with
 // backward(grad, a, b, needs_a, needs_b). Once per process: the package's namespace
 // is fixed, and the dispatcher refuses a second kernel for a key.
 void register_operator(const std::string& op_namespace, py::object fallback, py::object run_plan,
@@ -449,7 +474,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("remember", &remember, "Remember a plan for this call signature; False if it cannot be cached",
         py::arg("a"), py::arg("b"), py::arg("run"), py::arg("kernel") = py::none(), py::arg("clusters") = py::none(),
         py::arg("shape") = std::vector<int64_t>(), py::arg("dtype") = py::none(),
-        py::arg("read_before_wait") = py::str(""), py::arg("swapped") = false);
+        py::arg("read_before_wait") = py::str(""), py::arg("swapped") = false, py::arg("workspace") = py::none());
   m.def("forget", &forget, "Forget every remembered plan");
   m.def("plans_remembered", &plans_remembered);
   m.def("set_backward", &set_backward);
