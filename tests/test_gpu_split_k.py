@@ -12,7 +12,7 @@ import wsgemm
 from wsgemm import GemmConfig
 from wsgemm import workspace as ws
 
-from test_gpu_sm90 import check, check_graph_replays, default_path_on_weight, rand, run
+from test_gpu_sm90 import check, check_graph_replays, default_path_on_weight, poison_allocator, rand, run
 
 pytestmark = pytest.mark.gpu
 
@@ -281,6 +281,34 @@ def test_heuristic_swaps_decode_shapes():
     plan = wsgemm.api.make_plan(x, w.t(), None, None, None)
     assert plan.mode == "swap"
     check(run(x, w.t()), x, w.t())
+
+
+def test_cached_decode_plans_launched_from_cpp_compute_new_inputs_on_each_stream():
+    """From the second call on, the fast path's C++ launches swapped and split-K
+    default plans itself, a split's workspace fetched per call for the current
+    stream (NOTES section 59): eager calls and the operator's, new inputs every call,
+    on the default stream and another, NaN-poisoned results, the flags left at zero."""
+    if wsgemm.fast_path.load() is None:
+        pytest.skip("the C++ fast path is not built here")
+    weights = [rand(n, k) for n, k in ((28672, 4096), (4096, 14336), (6144, 4096))]
+    for w in weights:
+        plan = wsgemm.api.make_plan(rand(1, w.shape[1]), w.t(), None, None, None)
+        assert plan.mode == "swap" and plan.launches_from_cpp, plan.spec
+    assert sum(bool(wsgemm.api.make_plan(rand(1, w.shape[1]), w.t(), None, None, None).workspace[0])
+               for w in weights) == 2  # the two long ones split K
+    side = torch.cuda.Stream()
+    for stream in (torch.cuda.current_stream(), side):
+        with torch.cuda.stream(stream):
+            for _ in range(3):
+                for w in weights:
+                    x = rand(1, w.shape[1])
+                    poison_allocator()
+                    check(wsgemm.gemm(x, w.t()), x, w.t())
+                    poison_allocator()
+                    check(torch.ops.wsgemm.gemm(x, w.t(), None), x, w.t())
+        stream.synchronize()
+    assert {key[1] for key in ws._workspaces} >= {torch.cuda.current_stream().cuda_stream, side.cuda_stream}
+    assert flags_are_zero()
 
 
 def test_a_captured_graph_keeps_its_workspace_when_later_calls_need_a_bigger_one():
