@@ -36,6 +36,7 @@ from result_files import regenerate_command  # noqa: E402
 
 import wsgemm  # noqa: E402
 import wsgemm.nn  # noqa: E402
+import wsgemm.timing  # noqa: E402
 
 HIDDEN, QKV, INTERMEDIATE = 4096, 6144, 14336  # Llama-3 8B
 MODES = ("eager", "compiled", "compiled, reduce-overhead")
@@ -62,10 +63,6 @@ def with_wsgemm_layers(model: torch.nn.Module, promise: bool) -> torch.nn.Module
         for name in ("qkv", "o", "gate_up", "down"):
             setattr(layer, name, wsgemm.nn.Linear.from_linear(getattr(layer, name), read_weight_before_wait=promise))
     return copied
-
-
-def relative_error(out: torch.Tensor, ref: torch.Tensor) -> float:
-    return ((out.float() - ref.float()).norm() / ref.float().norm()).item()
 
 
 def step_loops(runs: dict, x: torch.Tensor, steps: int, reps: int) -> dict:
@@ -100,7 +97,7 @@ def bench_tokens(models: dict, tokens: int, steps: int, reps: int, tolerance: fl
                     run = torch.compile(model, mode="reduce-overhead" if "reduce" in mode else None)
                 for _ in range(3):  # compile, record the graphs, warm up
                     out = run(x).clone()
-                error = relative_error(out, reference)
+                error = wsgemm.timing.relative_error(out, reference)
                 rows[name] = {"rel_error": error}
                 if error > tolerance:
                     rows[name]["status"] = "wrong"

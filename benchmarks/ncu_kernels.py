@@ -29,6 +29,7 @@ from suite import quack_gemm  # noqa: E402
 from sustained import launched_as_given, parse_config  # noqa: E402
 
 import wsgemm  # noqa: E402
+import wsgemm.timing  # noqa: E402
 
 
 def implementations(a: torch.Tensor, b: torch.Tensor, wanted: list[str], configs: list[str] = ()) -> dict:
@@ -60,7 +61,7 @@ def main(argv=None) -> int:
     ref = a.float() @ b.float()
     fns = implementations(a, b, args.impls.split(","), [c for c in args.configs.split(",") if c])
     for name, fn in fns.items():  # compile, warm up, and check before profiling
-        error = ((fn().float() - ref).norm() / ref.norm()).item()
+        error = wsgemm.timing.relative_error(fn(), ref)
         print(f"{name}: relative error {error:.2e}", flush=True)
     print("wsgemm plan:", wsgemm.api.make_plan(a, b, None, None, None).spec.config.short(), flush=True)
     print("profiled in this order:", ", ".join(fns), flush=True)

@@ -1008,5 +1008,3 @@ def test_compiled_decode_table_gives_both_ratios_and_names_a_wrong_run():
     assert "| 16 | eager | 300.0 (299.0-301.0) | 250.0 (249.0-251.0) | 1.200x | 240.0 (239.0-241.0) | 1.250x |" in table
     assert "| 16 | compiled | 300.0 (299.0-301.0) | 250.0 (249.0-251.0) | 1.200x | wrong (rel. error 0.5) | - |" in table
     assert "Regenerate: `python benchmarks/bench_compiled_decode.py --tokens 16`" in table
-    ref = decode.torch.randn(8, 8)
-    assert decode.relative_error(ref, ref) == 0.0 and decode.relative_error(2 * ref, ref) == pytest.approx(1.0)

@@ -1,6 +1,7 @@
 """``wsgemm.timing``: the protocol shared by the autotuner and the benchmarks, without a GPU."""
 
 import pytest
+import torch
 
 from wsgemm import timing
 
@@ -48,3 +49,13 @@ def test_resting_after_each_round_idles_the_gpu_in_proportion_to_the_round(monke
     log.clear()
     timing.time_in_turns({"x": call}, 2, lambda: None)  # no rest: one synchronize at the end
     assert log == ["call", "call", "sync"]
+
+
+def test_relative_error_is_the_frobenius_ratio_and_lets_nan_fail_the_check():
+    ref = torch.randn(8, 8).to(torch.bfloat16)
+    assert timing.relative_error(ref, ref) == 0.0
+    assert timing.relative_error(2 * ref.float(), ref) == pytest.approx(1.0)
+    poisoned = ref.clone()
+    poisoned[3, 5] = float("nan")
+    assert not timing.relative_error(poisoned, ref) < 1e-2
+    assert timing.relative_error(torch.ones(2, 2), torch.zeros(2, 2)) == pytest.approx(2e30)  # no division by zero

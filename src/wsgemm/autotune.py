@@ -33,7 +33,7 @@ import torch
 
 from . import compile as compile_mod
 from .config import ConfigError, GemmConfig
-from .timing import GRAPH_BELOW_MS, L2Flush, time_graph_replays, time_in_turns
+from .timing import GRAPH_BELOW_MS, L2Flush, relative_error, time_graph_replays, time_in_turns
 
 AUTOTUNE = "autotune"
 TOP_CANDIDATES = 12
@@ -198,7 +198,7 @@ def tuned_config(a, b, out, out_dtype, *, key: str, candidates: list[GemmConfig]
         if reference is None:
             reference = result.float()
         else:
-            err = ((result.float() - reference).norm() / reference.norm().clamp_min(1e-30)).item()
+            err = relative_error(result, reference)
             if not err < 2e-2:  # also catches NaN
                 rejected[name] = f"result differs from the first candidate's by {err:.2e}"
                 continue

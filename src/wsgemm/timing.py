@@ -19,6 +19,9 @@ it, and the benchmarks, which report by it.
   (:func:`capture_back_to_back`) over rotating operand copies
   (:func:`graph_operand_copies`).
 
+- **Checked first.** Every implementation's output is compared with a reference
+  before it is timed (:func:`relative_error`); a wrong one is reported, not timed.
+
 What this protocol does not show: large GEMMs called back to back, as a model's forward
 pass at large M calls them, hold an H200 at its power limit, where the clock follows
 the power each kernel draws (its HBM traffic, for one); ``benchmarks/sustained.py``
@@ -42,6 +45,14 @@ HOST_COVER_CYCLES = 200_000
 _spin = getattr(torch.cuda, "_sleep", None)
 # The write flush: several times the 50-60 MB L2 of an H100/H200.
 WRITE_FLUSH_BYTES = 512 * 1024 * 1024
+
+
+def relative_error(result: torch.Tensor, reference: torch.Tensor) -> float:
+    """||result - reference|| / ||reference|| in float32 (Frobenius norms); NaN where
+    the result holds NaN, so ``not error < tolerance`` catches it. A zero reference
+    gives the error's own norm over 1e-30, not a division by zero."""
+    reference = reference.float()
+    return ((result.float() - reference).norm() / reference.norm().clamp_min(1e-30)).item()
 
 
 class L2Flush:
