@@ -18,7 +18,6 @@ it, and the benchmarks, which report by it.
   such kernels are timed again as CUDA-graph replays of back-to-back calls
   (:func:`capture_back_to_back`) over rotating operand copies
   (:func:`graph_operand_copies`).
-
 - **Checked first.** Every implementation's output is compared with a reference
   before it is timed (:func:`relative_error`); a wrong one is reported, not timed.
 
