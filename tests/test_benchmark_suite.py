@@ -1008,3 +1008,13 @@ def test_compiled_decode_table_gives_both_ratios_and_names_a_wrong_run():
     assert "| 16 | eager | 300.0 (299.0-301.0) | 250.0 (249.0-251.0) | 1.200x | 240.0 (239.0-241.0) | 1.250x |" in table
     assert "| 16 | compiled | 300.0 (299.0-301.0) | 250.0 (249.0-251.0) | 1.200x | wrong (rel. error 0.5) | - |" in table
     assert "Regenerate: `python benchmarks/bench_compiled_decode.py --tokens 16`" in table
+
+
+def test_compiled_decode_ratios_pair_the_loops_of_each_round():
+    """A host disturbance that slows both runs' loops of one round cancels in their
+    ratio; the ratio of the medians would keep it."""
+    decode = load("bench_compiled_decode")
+    theirs = {"median_us": 300.0, "loops_us": [300.0, 600.0, 300.0, 900.0, 600.0]}
+    ours = {"median_us": 500.0, "loops_us": [250.0, 500.0, 250.0, 750.0, 500.0]}
+    assert decode.paired_ratio(ours, theirs) == pytest.approx(1.2)
+    assert decode.paired_ratio({"median_us": 250.0}, {"median_us": 300.0}) == pytest.approx(1.2)  # older reports
