@@ -9,13 +9,17 @@ cost microseconds each (a tuple key to build and hash; ``torch.autograd.Function
 Python context object); ``wsgemm.fast_path`` does them in C++
 (``src/wsgemm/csrc/fast_path.cpp``), built on first use. It also registers the
 kernels of ``torch.ops.wsgemm.gemm``, the operator compiled graphs call, so that
-those calls take the same C++ steps instead of Python at two dispatch keys.
+those calls take the same C++ steps instead of Python at two dispatch keys. Decode
+calls take them too: their plans swap the operands (the kernel computes
+D^T = B^T A^T from views the C++ launch makes) and may split K, whose workspace is
+the one Python call left (``wsgemm.workspace`` keys it by stream and capture).
 
-Shown three ways, on this machine's CPU with stand-in plans (no GPU needed): the
+Shown four ways, on this machine's CPU with stand-in plans (no GPU needed): the
 lookup, Python key against C++ key; the autograd node, ``autograd.Function`` against
-the C++ node, and what autograd sees of it; then the H200's numbers for whole calls,
-read from the committed benchmarks/results/host_overhead.json.gz
-(benchmarks/NOTES.md sections 28 and 57).
+the C++ node, and what autograd sees of it; a decode plan's launch, what its kernel
+receives and who asks for its workspace; then the H200's numbers for whole calls,
+read from the committed benchmarks/results/host_overhead.json.gz and
+host_overhead_decode.json.gz (benchmarks/NOTES.md sections 28, 57 and 59).
 
 Needs: any machine (a C++ compiler builds the fast path the first time, ~15 s).
 Run:   python examples/13_what_a_call_costs_on_the_host.py
@@ -95,8 +99,35 @@ def the_autograd_node(module) -> None:
     print("   products on transposed views, called only for the gradients asked for.\n")
 
 
+def the_decode_launch(module) -> None:
+    print("3. A decode plan launched from C++: swapped operands, split K:")
+    a = torch.randn(1, 64)  # one token
+    w_t = torch.randn(256, 64).t()  # a (256, 64) weight as gemm(x, w.t()) sees it
+    seen, asked = [], []
+
+    def kernel(x, y, d, flags, partials, clusters):  # stands in for the TVM-FFI kernel
+        seen.append(f"x {tuple(x.shape)}, y {tuple(y.shape)}, d {tuple(d.shape)} with strides {d.stride()}, "
+                    f"flags {tuple(flags.shape)}, partials {tuple(partials.shape)}")
+        d.copy_(x @ y)
+
+    def workspace_source(through_operator):  # stands in for api.Plan.workspace_source()
+        asked.append("the operator" if through_operator else "an eager call")
+        return torch.zeros(4, dtype=torch.int32), torch.empty(4 * 256)
+
+    module.remember(a, w_t, None, kernel, 1, [1, 256], a.dtype, "", True, workspace_source)
+    eager = module.call(a, w_t)
+    compiled = torch.ops.wsgemm.gemm(a, w_t, None)  # what a compiled graph calls: the same plan
+    print(f"   the kernel received {seen[0]}")
+    print(f"   (b^T, a^T and the result's transpose: the weight's rows fill the MMA's M, the token its N)")
+    print(f"   the workspace asked for by {asked[0]}, then by {asked[1]}, which says so: captured in a graph,")
+    print("   the operator's call gets one of its own, as CUDA-graph trees require (NOTES section 58)")
+    print(f"   results match a @ w.t(): {torch.allclose(eager, a @ w_t) and torch.allclose(compiled, a @ w_t)}")
+    module.forget()
+    print()
+
+
 def the_h200_numbers() -> None:
-    print("3. Whole calls on the H200's host (benchmarks/results/host_overhead.json.gz, 64x64x64, bf16):")
+    print("4. Whole calls on the H200's host (benchmarks/results/host_overhead.json.gz, 64x64x64, bf16):")
     rows = json.loads(gzip.decompress((RESULTS / "host_overhead.json.gz").read_bytes()))["rows"]["64x64x64"]
     us = {name: row["median_us"] for name, row in rows.items()}
     for call, ours, without, theirs in (
@@ -114,6 +145,14 @@ def the_h200_numbers() -> None:
           f"({us['torch.ops.wsgemm.gemm, a requires grad, Python kernels']:5.2f})")
     print(f"   of which the TVM-FFI call (argument checks, TMA descriptors, the launch) "
           f"{us['parts: TVM-FFI kernel call alone']:.2f} us")
+    print("   Llama-3 8B's projections at one token (host_overhead_decode.json.gz, another run: compare within a row):")
+    decode = json.loads(gzip.decompress((RESULTS / "host_overhead_decode.json.gz").read_bytes()))["rows"]
+    for shape, rows in decode.items():
+        us = {name: row["median_us"] for name, row in rows.items()}
+        split = next((us[name] for name in us if "fresh workspace per call" in name), None)
+        before = f", Python launch with a workspace per call {split:5.2f}" if split else ""
+        print(f"   {shape.split(' ')[0]:13s} wsgemm {us['wsgemm.gemm(a, w.t())']:5.2f} us, operator "
+              f"{us['torch.ops.wsgemm.gemm']:5.2f}, torch.matmul {us['torch.matmul(a, w.t())']:5.2f}{before}")
 
 
 def main() -> None:
@@ -125,6 +164,7 @@ def main() -> None:
     print(f"The fast path: {Path(module.__file__).name} in {fast_path.build_directory()}\n")
     the_lookup(module)
     the_autograd_node(module)
+    the_decode_launch(module)
     the_h200_numbers()
 
 
