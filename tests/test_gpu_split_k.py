@@ -311,6 +311,35 @@ def test_cached_decode_plans_launched_from_cpp_compute_new_inputs_on_each_stream
     assert flags_are_zero()
 
 
+def test_cached_split_plans_launched_from_cpp_replay_in_a_captured_graph():
+    """Eager calls of cached split-K decode plans (the C++ launch, results allocated
+    there) captured in a torch.cuda.graph share the capture's workspace, and every
+    replay computes the new inputs' products."""
+    if wsgemm.fast_path.load() is None:
+        pytest.skip("the C++ fast path is not built here")
+    weights = [rand(28672, 4096), rand(4096, 14336)]
+    tokens = [rand(1, w.shape[1]) for w in weights]
+    for x, w in zip(tokens, weights):
+        for _ in range(2):  # planned in Python, then remembered for the C++ launch
+            check(wsgemm.gemm(x, w.t()), x, w.t())
+    before = set(ws._captures)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        results = [wsgemm.gemm(x, w.t()) for x, w in zip(tokens, weights)]
+    assert len(set(ws._captures) - before) == 1  # one workspace for the capture's stream
+    for _ in range(3):
+        for x in tokens:
+            x.copy_(rand(*x.shape))
+        for d in results:
+            d.fill_(float("nan"))
+        graph.replay()
+        torch.cuda.synchronize()
+        for d, x, w in zip(results, tokens, weights):
+            check(d, x, w.t())
+    assert flags_are_zero()
+
+
 def test_a_captured_graph_keeps_its_workspace_when_later_calls_need_a_bigger_one():
     """Regression: a graph replays the workspace addresses it captured; growing the
     stream's workspace later must not free them (it did, and a replay then hit
