@@ -26,6 +26,7 @@ from bench_gemm import environment, write_results  # noqa: E402
 import wsgemm  # noqa: E402
 import wsgemm.fast_path  # noqa: E402
 import wsgemm.api  # noqa: E402
+import wsgemm.nn  # noqa: E402
 
 
 def per_call_us(impls: dict, calls: int, repeats: int) -> dict:
@@ -85,6 +86,19 @@ def fresh_workspaces():
         wsgemm.api.split_k_workspace = kept
 
 
+class LinearBeforeSession44(wsgemm.nn.Linear):
+    """``wsgemm.nn.Linear``'s forward before session 44: the weight transposed in
+    Python, the input reshaped and the result viewed even where both are 2-D."""
+
+    def forward(self, x):
+        records_autograd = torch.is_grad_enabled() and (x.requires_grad or self.weight.requires_grad)
+        promise = "b" if self.read_weight_before_wait and not records_autograd else ""
+        y = wsgemm.gemm(x.reshape(-1, x.shape[-1]), self.weight.t(), read_before_wait=promise)
+        if self.bias is not None:
+            y = y + self.bias
+        return y.view(*x.shape[:-1], self.out_features)
+
+
 # Llama-3 8B's projections at one token: the default path swaps the operands of all
 # four and splits K for gate_up and down (results/suite_llm_decode.md).
 DECODE_SHAPES = ((1, 6144, 4096), (1, 4096, 4096), (1, 28672, 4096), (1, 4096, 14336))
@@ -102,10 +116,16 @@ def decode_rows(calls: int, repeats: int) -> dict:
         wt = w.t()
         plan = wsgemm.api.make_plan(a, wt, None, None, None)
         out = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
+        layer = torch.nn.Linear(k, n, bias=False, device="cuda", dtype=torch.bfloat16)
+        ours, before = wsgemm.nn.Linear.from_linear(layer), LinearBeforeSession44.from_linear(layer)
         impls = {
             "torch.matmul(a, w.t())": lambda: torch.matmul(a, wt),
             "wsgemm.gemm(a, w.t())": lambda: wsgemm.gemm(a, wt),
             "torch.ops.wsgemm.gemm": lambda: torch.ops.wsgemm.gemm(a, wt, None),
+            # What a model's layer costs: nn.Module's call, the forward, the product.
+            "torch.nn.Linear(a)": lambda: layer(a),
+            "wsgemm.nn.Linear(a)": lambda: ours(a),
+            "wsgemm.nn.Linear(a), its forward before session 44": lambda: before(a),
             f"parts: Plan.run ({plan.mode}, workspace {plan.workspace})": lambda: plan.run(a, wt, None),
             "parts: the views of a swap (b.t(), a.t(), out.t())": lambda: (wt.t(), a.t(), out.t()),
             "parts: torch.empty(result) alone": lambda: torch.empty(m, n, device="cuda", dtype=torch.bfloat16),

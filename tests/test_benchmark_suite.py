@@ -607,6 +607,23 @@ def test_the_decode_overheads_twin_of_the_old_operator_gets_a_fresh_workspace_pe
         assert one[0] is not two[0] and not one[0].any() and one[1].numel() == 100
     assert overhead.wsgemm.api.split_k_workspace is kept
 
+def test_the_decode_overheads_twin_of_the_old_linear_forward_computes_the_layer(monkeypatch):
+    overhead = load_torch_script(monkeypatch, "bench_overhead")
+    torch = overhead.torch
+    promises = []
+
+    def gemm(a, b, read_before_wait=""):
+        promises.append(read_before_wait)
+        return a @ b
+
+    monkeypatch.setattr(overhead.wsgemm, "gemm", gemm)
+    ref = torch.nn.Linear(5, 6, dtype=torch.float64)
+    twin = overhead.LinearBeforeSession44.from_linear(ref, read_weight_before_wait=True)
+    x = torch.randn(2, 3, 5, dtype=torch.float64)
+    with torch.no_grad():
+        torch.testing.assert_close(twin(x), ref(x))
+    assert promises == ["b"]
+
 # ----------------------------------------------------------------------------- baseline
 
 

@@ -350,6 +350,71 @@ def test_without_fast_path_runs_the_python_path_inside_and_restores_it_after(mod
         assert cpu_products[cached:][0] == "run"  # Plan.run from Python, not the C++ launch
 
 
+def test_linear_layers_transpose_their_weight_in_cpp_on_cached_calls(module, cpu_products, monkeypatch):
+    """``wsgemm.nn.Linear`` hands its (out, in) weight to ``api.gemm_by_weight``: the
+    first call is planned through ``gemm(x, weight.t())``, later ones are found and
+    launched by ``call_transposed`` without entering ``gemm``; 1-D and 3-D inputs are
+    flattened to the cached 2-D call and their results shaped back."""
+    layer = wsgemm.nn.Linear(5, 6, dtype=torch.float64)
+    x = torch.randn(7, 5, dtype=torch.float64)
+    with torch.no_grad():
+        torch.testing.assert_close(layer(x), torch.nn.functional.linear(x, layer.weight, layer.bias))
+        assert cpu_products == ["run", ((7, 5), (5, 6))]
+        cpu_products.clear()
+
+        def no_python_gemm(*args, **kwargs):
+            raise AssertionError("a cached layer call entered wsgemm.gemm")
+
+        with monkeypatch.context() as patch:
+            patch.setattr(api, "gemm", no_python_gemm)
+            for shape in ((7, 5), (1, 7, 5)):
+                x = torch.randn(shape, dtype=torch.float64)
+                torch.testing.assert_close(layer(x), torch.nn.functional.linear(x, layer.weight, layer.bias))
+        assert cpu_products == [((7, 5), (5, 6))] * 2  # launched from C++
+        x = torch.randn(5, dtype=torch.float64)  # one token: another (1, 5) call, planned first
+        y = layer(x)
+        assert y.shape == (6,)
+        torch.testing.assert_close(y, torch.nn.functional.linear(x, layer.weight, layer.bias))
+
+
+def test_linear_layers_through_call_transposed_record_gradients_for_the_weight(module, cpu_products):
+    layer = wsgemm.nn.Linear(5, 6, dtype=torch.float64)
+    ref = torch.nn.Linear(5, 6, dtype=torch.float64)
+    ref.load_state_dict(layer.state_dict())
+    with torch.no_grad():
+        layer(torch.randn(7, 5, dtype=torch.float64))  # planned: the next calls are cached
+    x = torch.randn(7, 5, dtype=torch.float64, requires_grad=True)
+    x_ref = x.detach().clone().requires_grad_()
+    y = layer(x)
+    assert y.grad_fn.name() == "AddBackward0" and y.grad_fn.next_functions[0][0].name() == "WsgemmGemmBackward"
+    grad = torch.randn(7, 6, dtype=torch.float64)
+    y.backward(grad)
+    ref(x_ref).backward(grad)
+    torch.testing.assert_close(x.grad, x_ref.grad)
+    torch.testing.assert_close(layer.weight.grad, ref.weight.grad)
+    torch.testing.assert_close(layer.bias.grad, ref.bias.grad)
+
+
+def test_call_transposed_leaves_other_weights_to_python(module, cpu_products):
+    """A weight subclass may define its own ``t()``, and only 2-D weights transpose as
+    a Linear's does: both are left to ``gemm(x, weight.t())`` (None here)."""
+    x, w = torch.randn(7, 5, dtype=torch.float64), torch.randn(6, 5, dtype=torch.float64)
+    with torch.no_grad():
+        wsgemm.gemm(x, w.t())  # planned: call_transposed(x, w) is now a cached call
+        assert module.call_transposed(x, w) is not None
+
+        class Subclass(torch.Tensor):
+            pass
+
+        assert module.call_transposed(x, w.clone().as_subclass(Subclass)) is None
+        assert module.call_transposed(x, w.unsqueeze(0)) is None
+        assert module.call_transposed(x, w[0]) is None
+        with api.without_fast_path():
+            cached = len(cpu_products)
+            torch.testing.assert_close(api.gemm_by_weight(x, w), x @ w.t())
+            assert cpu_products[cached] == "run"  # planned in Python, not found in C++
+
+
 def test_the_operator_runs_cached_plans_from_cpp_and_records_its_own_node(module, cpu_products):
     """torch.ops.wsgemm.gemm (what compiled graphs call): its kernels are the fast
     path's. A call the cache does not serve is planned in Python; the next one is

@@ -311,6 +311,28 @@ def test_cached_decode_plans_launched_from_cpp_compute_new_inputs_on_each_stream
     assert flags_are_zero()
 
 
+def test_linear_layers_cached_decode_calls_transpose_their_weight_in_cpp():
+    """wsgemm.nn.Linear at decode sizes: from the second call on, ``call_transposed``
+    makes the weight's view in C++ and launches the swapped or split plan itself
+    (NOTES section 60); new tokens every call, 2-D and 3-D, NaN-poisoned results."""
+    if wsgemm.fast_path.load() is None:
+        pytest.skip("the C++ fast path is not built here")
+    layers = [wsgemm.nn.Linear(k, n, bias=False, dtype=torch.bfloat16, device="cuda")
+              for n, k in ((28672, 4096), (4096, 14336), (6144, 4096))]
+    with torch.inference_mode():
+        for _ in range(3):
+            for layer in layers:
+                x = rand(1, layer.in_features)
+                poison_allocator()
+                y = layer(x)
+                check(y, x, layer.weight.t())
+                poison_allocator()
+                y3 = layer(x.unsqueeze(0))
+                assert y3.shape == (1, 1, layer.out_features)
+                check(y3[0], x, layer.weight.t())
+    assert flags_are_zero()
+
+
 def test_cached_split_plans_launched_from_cpp_replay_in_a_captured_graph():
     """Eager calls of cached split-K decode plans (the C++ launch, results allocated
     there) captured in a torch.cuda.graph share the capture's workspace, and every

@@ -650,14 +650,38 @@ def forget_plans() -> None:
         module.forget()
 
 
-def _call_cached_first(a, b, read_before_wait=""):
-    """The first call loads (or builds) the fast path; later calls go straight to it."""
-    global _call_cached
+def gemm_by_weight(a: torch.Tensor, weight: torch.Tensor, read_before_wait: str = "") -> torch.Tensor:
+    """``gemm(a, weight.t(), read_before_wait=...)`` for a 2-D ``a`` and an
+    (out_features, in_features) weight, as ``wsgemm.nn.Linear`` calls it. A cached
+    call makes the transposed view in C++ (``call_transposed``), a fraction of
+    Python's ``weight.t()``; any other goes through :func:`gemm`."""
+    if not torch.compiler.is_compiling():
+        result = _call_cached_transposed(a, weight, read_before_wait)
+        if result is not None:
+            return result
+    return gemm(a, weight.t(), read_before_wait=read_before_wait)
+
+
+def _load_cached_calls() -> None:
+    """The first cached call loads (or builds) the fast path and binds both entries
+    to it; later calls go straight to C++."""
+    global _call_cached, _call_cached_transposed
     module = fast_path.load()
     if module is not None:
         _ops()  # sets the node's backward (ops.py) before a node can be recorded
-    _call_cached = module.call if module is not None else _no_cached_call
+        _call_cached, _call_cached_transposed = module.call, module.call_transposed
+    else:
+        _call_cached = _call_cached_transposed = _no_cached_call
+
+
+def _call_cached_first(a, b, read_before_wait=""):
+    _load_cached_calls()
     return _call_cached(a, b, read_before_wait)
+
+
+def _call_cached_transposed_first(a, weight, read_before_wait=""):
+    _load_cached_calls()
+    return _call_cached_transposed(a, weight, read_before_wait)
 
 
 def _no_cached_call(a, b, read_before_wait=""):
@@ -669,14 +693,14 @@ def without_fast_path():
     """Calls inside run as with ``WSGEMM_FAST_PATH=0``: the Python path decides and
     launches, and autograd records its own node. For timing both paths side by side
     in one process (``benchmarks/bench_overhead.py``); not thread-safe."""
-    global _call_cached
+    global _call_cached, _call_cached_transposed
     ops = _ops()
-    call, record = _call_cached, ops._record_product
-    _call_cached, ops._record_product = _no_cached_call, None
+    kept = _call_cached, _call_cached_transposed, ops._record_product
+    _call_cached, _call_cached_transposed, ops._record_product = _no_cached_call, _no_cached_call, None
     try:
         yield
     finally:
-        _call_cached, ops._record_product = call, record
+        _call_cached, _call_cached_transposed, ops._record_product = kept
 
 
 def _remember_plan(a, b, plan: Plan, read_before_wait: str) -> None:
@@ -693,6 +717,7 @@ def _remember_plan(a, b, plan: Plan, read_before_wait: str) -> None:
 
 
 _call_cached = _call_cached_first
+_call_cached_transposed = _call_cached_transposed_first
 
 
 @functools.lru_cache(maxsize=1)

@@ -5,7 +5,8 @@ fraction of one in C++ (numbers in ``benchmarks/NOTES.md`` section 28):
 
 * finding the plan of a call without ``out=``, ``out_dtype=`` or ``config=``, keyed
   by both operands' shapes, strides, dtypes, devices and base alignment, as
-  :func:`wsgemm.api._signature` keys the Python cache (``remember``, ``find``);
+  :func:`wsgemm.api._signature` keys the Python cache (``remember``, ``find``;
+  ``call_transposed`` makes ``wsgemm.nn.Linear``'s ``weight.t()`` view first);
 * launching it: a direct or swapped plan's result is allocated and its TVM-FFI
   kernel called from C++ (a split's workspace asked of ``wsgemm.workspace`` in one
   Python call), any other plan's ``run`` called (``call(a, b)``, which

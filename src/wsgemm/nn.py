@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from .api import gemm
+from .api import gemm_by_weight
 
 
 class Linear(torch.nn.Linear):
@@ -29,12 +29,20 @@ class Linear(torch.nn.Linear):
     read_weight_before_wait: bool = False
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        records_autograd = torch.is_grad_enabled() and (x.requires_grad or self.weight.requires_grad)
-        promise = "b" if self.read_weight_before_wait and not records_autograd else ""
-        y = gemm(x.reshape(-1, x.shape[-1]), self.weight.t(), read_before_wait=promise)
-        if self.bias is not None:
-            y = y + self.bias
-        return y.view(*x.shape[:-1], self.out_features)
+        # At decode a layer's host time is a step's time (benchmarks/NOTES.md section
+        # 60): each step below that a 2-D input does not need is skipped, the weight
+        # is read once, and the cached call transposes it in C++.
+        weight = self.weight
+        promise = ""
+        if self.read_weight_before_wait and not (torch.is_grad_enabled()
+                                                 and (x.requires_grad or weight.requires_grad)):
+            promise = "b"
+        flat = x.dim() == 2
+        y = gemm_by_weight(x if flat else x.reshape(-1, x.shape[-1]), weight, promise)
+        bias = self.bias
+        if bias is not None:
+            y = y + bias
+        return y if flat else y.view(*x.shape[:-1], self.out_features)
 
     @classmethod
     def from_linear(cls, layer: torch.nn.Linear, *, read_weight_before_wait: bool = False) -> "Linear":
