@@ -19,7 +19,7 @@ lookup, Python key against C++ key; the autograd node, ``autograd.Function`` aga
 the C++ node, and what autograd sees of it; a decode plan's launch, what its kernel
 receives and who asks for its workspace; then the H200's numbers for whole calls,
 read from the committed benchmarks/results/host_overhead.json.gz and
-host_overhead_decode.json.gz (benchmarks/NOTES.md sections 28, 57 and 59).
+host_overhead_decode.json.gz (benchmarks/NOTES.md sections 28, 57, 59 and 60).
 
 Needs: any machine (a C++ compiler builds the fast path the first time, ~15 s).
 Run:   python examples/13_what_a_call_costs_on_the_host.py
@@ -153,6 +153,11 @@ def the_h200_numbers() -> None:
         before = f", Python launch with a workspace per call {split:5.2f}" if split else ""
         print(f"   {shape.split(' ')[0]:13s} wsgemm {us['wsgemm.gemm(a, w.t())']:5.2f} us, operator "
               f"{us['torch.ops.wsgemm.gemm']:5.2f}, torch.matmul {us['torch.matmul(a, w.t())']:5.2f}{before}")
+        print(f"   {'':13s} as a layer: wsgemm.nn.Linear {us['wsgemm.nn.Linear(a)']:5.2f} us (its forward "
+              f"before session 44 {us['wsgemm.nn.Linear(a), its forward before session 44']:5.2f}), "
+              f"torch.nn.Linear {us['torch.nn.Linear(a)']:5.2f}")
+    print("   A layer's forward adds nn.Module's call and the weight's transpose, which the cached call")
+    print("   makes in C++ (call_transposed): Python's weight.t() alone costs microseconds (NOTES section 60).")
 
 
 def main() -> None:
