@@ -26,6 +26,7 @@ import argparse
 import copy
 import statistics
 import sys
+import time
 from pathlib import Path
 
 import torch
@@ -65,20 +66,27 @@ def with_wsgemm_layers(model: torch.nn.Module, promise: bool) -> torch.nn.Module
     return copied
 
 
-def step_loops(runs: dict, x: torch.Tensor, steps: int, reps: int) -> dict:
-    """{name: [ms per step, one per loop]}: each loop ``steps`` calls between CUDA
-    events; the runs take turns loop by loop."""
+def step_loops(runs: dict, x: torch.Tensor, steps: int, reps: int) -> tuple[dict, dict]:
+    """({name: [ms per step, one per loop]}, {name: [host ms per step, one per loop]}):
+    each loop ``steps`` calls between CUDA events; the runs take turns loop by loop.
+    The host time is what the CPU took to issue the loop's steps. A loop's launches
+    (~700 for two eager layers at the default 50 steps) fit in the launch queue
+    (~1024), so the CPU never waits for the GPU there: where the host time reaches
+    the event time, the loop is host-bound."""
     times = {name: [] for name in runs}
+    host = {name: [] for name in runs}
     for _ in range(reps):
         for name, run in runs.items():
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             start.record()
+            issued = time.perf_counter()
             for _ in range(steps):
                 run(x)
+            host[name].append((time.perf_counter() - issued) * 1000 / steps)
             end.record()
             end.synchronize()
             times[name].append(start.elapsed_time(end) / steps)
-    return times
+    return times, host
 
 
 def bench_tokens(models: dict, tokens: int, steps: int, reps: int, tolerance: float) -> dict:
@@ -106,10 +114,12 @@ def bench_tokens(models: dict, tokens: int, steps: int, reps: int, tolerance: fl
                 runs[name] = run
         print(f"  M = {tokens}: timing {len(runs)} runs x {reps} loops of {steps} steps...", file=sys.stderr,
               flush=True)
-        for name, loops in step_loops(runs, x, steps, reps).items():
+        times, host = step_loops(runs, x, steps, reps)
+        for name, loops in times.items():
             us = sorted(1000 * t for t in loops)
             rows[name].update(median_us=statistics.median(us), p10_us=us[len(us) // 10],
-                              p90_us=us[(9 * len(us)) // 10], loops_us=[1000 * t for t in loops])
+                              p90_us=us[(9 * len(us)) // 10], loops_us=[1000 * t for t in loops],
+                              host_us=statistics.median(1000 * t for t in host[name]))
     return rows
 
 
@@ -130,8 +140,9 @@ def markdown(report: dict) -> str:
     lines = [f"# Decode steps, eager and compiled ({report['layers']} Llama-3 8B-shaped layers, bf16)", "",
              f"{env['gpu']}, torch {env['torch']}, CuTe DSL {env['cutlass_dsl']}, wsgemm {env['wsgemm']}; "
              f"{env['date']}. Median of {report['reps']} loops of {report['steps']} steps (p10-p90), the runs "
-             "taking turns loop by loop, under torch.inference_mode; microseconds per step. Ratios: the median "
-             "of the ratios of the loops timed in the same round. Each layer: qkv, o, "
+             "taking turns loop by loop, under torch.inference_mode; microseconds per step, and the host's "
+             "time to issue a step (median; where it reaches the step's time, the loop is host-bound). Ratios: "
+             "the median of the ratios of the loops timed in the same round. Each layer: qkv, o, "
              "gate_up, down projections without attention; torch.compile's default mode launches every kernel "
              "from the host, reduce-overhead replays CUDA graphs.", "",
              "| tokens | mode | torch.nn.Linear | wsgemm.nn.Linear | torch / wsgemm | wsgemm, weights read before "
@@ -140,7 +151,8 @@ def markdown(report: dict) -> str:
     def cell(row):
         if row.get("status") != "ok":
             return f"wrong (rel. error {row['rel_error']:.2g})"
-        return f"{row['median_us']:.1f} ({row['p10_us']:.1f}-{row['p90_us']:.1f})"
+        host = f"; host {row['host_us']:.1f}" if "host_us" in row else ""  # reports before session 44 lack it
+        return f"{row['median_us']:.1f} ({row['p10_us']:.1f}-{row['p90_us']:.1f}{host})"
 
     def ratio(ours, theirs):
         if ours.get("status") != "ok" or theirs.get("status") != "ok":

@@ -1017,6 +1017,7 @@ def test_compiled_decode_table_gives_both_ratios_and_names_a_wrong_run():
     rows = {f"{model} | {mode}": ok(us) for model, us in (("torch", 300.0), ("wsgemm", 250.0), ("wsgemm-promise", 240.0))
             for mode in decode.MODES}
     rows["wsgemm-promise | compiled"] = {"status": "wrong", "rel_error": 0.5}
+    rows["torch | compiled, reduce-overhead"]["host_us"] = 42.25
     report = {"environment": {"gpu": "NVIDIA H200", "torch": "2.11", "cutlass_dsl": "4.8.1", "wsgemm": "0.1.0",
                               "date": "2026-12-02"},
               "layers": 2, "steps": 50, "reps": 15, "rows": {"16": rows}, "gpu_before": {}, "gpu_after": {},
@@ -1024,7 +1025,36 @@ def test_compiled_decode_table_gives_both_ratios_and_names_a_wrong_run():
     table = decode.markdown(report)
     assert "| 16 | eager | 300.0 (299.0-301.0) | 250.0 (249.0-251.0) | 1.200x | 240.0 (239.0-241.0) | 1.250x |" in table
     assert "| 16 | compiled | 300.0 (299.0-301.0) | 250.0 (249.0-251.0) | 1.200x | wrong (rel. error 0.5) | - |" in table
+    assert "| 16 | compiled, reduce-overhead | 300.0 (299.0-301.0; host 42.2) | 250.0 (249.0-251.0) |" in table
     assert "Regenerate: `python benchmarks/bench_compiled_decode.py --tokens 16`" in table
+
+
+def test_compiled_decode_loops_record_the_hosts_time_to_issue_their_steps(monkeypatch):
+    """The host time stops when the last step is issued, before the end event and the
+    wait for the GPU; the event time spans the whole loop."""
+    decode = load("bench_compiled_decode")
+    clock, calls = iter([1.0, 1.004, 2.0, 2.010]), []
+
+    class Event:
+        def __init__(self, enable_timing):
+            self.at = None
+
+        def record(self):
+            self.at = len(calls)
+
+        def synchronize(self):
+            calls.append("sync")
+
+        def elapsed_time(self, end):
+            return 30.0
+
+    monkeypatch.setattr(decode.time, "perf_counter", lambda: next(clock))
+    monkeypatch.setattr(decode.torch.cuda, "Event", Event)
+    runs = {"torch": lambda x: calls.append("torch"), "wsgemm": lambda x: calls.append("wsgemm")}
+    times, host = decode.step_loops(runs, None, steps=2, reps=1)
+    assert calls == ["torch", "torch", "sync", "wsgemm", "wsgemm", "sync"]
+    assert times == {"torch": [15.0], "wsgemm": [15.0]}
+    assert host["torch"] == [pytest.approx(2.0)] and host["wsgemm"] == [pytest.approx(5.0)]
 
 
 def test_compiled_decode_ratios_pair_the_loops_of_each_round():
