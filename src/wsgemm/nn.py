@@ -29,20 +29,21 @@ class Linear(torch.nn.Linear):
     read_weight_before_wait: bool = False
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        # At decode a layer's host time is a step's time (benchmarks/NOTES.md section
-        # 60): each step below that a 2-D input does not need is skipped, the weight
-        # is read once, and the cached call transposes it in C++.
+        # At decode the host's time is the step's time (benchmarks/NOTES.md section
+        # 60), so the forward does as little as it can in Python: it reads the weight
+        # once, looks at grad mode only for a promise, reshapes only inputs that are
+        # not 2-D, and leaves the weight's transpose to the cached call's C++.
         weight = self.weight
         promise = ""
         if self.read_weight_before_wait and not (torch.is_grad_enabled()
                                                  and (x.requires_grad or weight.requires_grad)):
             promise = "b"
-        flat = x.dim() == 2
-        y = gemm_by_weight(x if flat else x.reshape(-1, x.shape[-1]), weight, promise)
+        two_d = x.dim() == 2
+        y = gemm_by_weight(x if two_d else x.reshape(-1, x.shape[-1]), weight, promise)
         bias = self.bias
         if bias is not None:
             y = y + bias
-        return y if flat else y.view(*x.shape[:-1], self.out_features)
+        return y if two_d else y.view(*x.shape[:-1], self.out_features)
 
     @classmethod
     def from_linear(cls, layer: torch.nn.Linear, *, read_weight_before_wait: bool = False) -> "Linear":
