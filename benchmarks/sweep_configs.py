@@ -195,7 +195,8 @@ def cublas_kernels(fn) -> list[str]:
     return sorted({e.name for e in cuda_kernel_events(fn)})
 
 
-def sweep_shape(m, n, k, dtype, candidates, reps, flush, weight_layout, graph: bool = False) -> dict:
+def sweep_shape(m, n, k, dtype, candidates, reps, flush, weight_layout, graph: bool = False,
+                time_wrong: bool = False) -> dict:
     a = torch.randn(m, k, device="cuda").to(dtype)
     b = torch.randn(n, k, device="cuda").to(dtype).t() if weight_layout else torch.randn(k, n, device="cuda").to(dtype)
     ref = a.float() @ b.float()
@@ -209,10 +210,11 @@ def sweep_shape(m, n, k, dtype, candidates, reps, flush, weight_layout, graph: b
             skipped[label] = str(exc)
             continue
         errors[label] = wsgemm.timing.relative_error(d, ref)
-        if errors[label] < 1e-2:
+        if errors[label] < 1e-2 or time_wrong:
             calls[label] = call
-        else:
-            print(f"  {label}: WRONG (rel error {errors[label]:.2e}), not timed", flush=True)
+        if errors[label] >= 1e-2:
+            print(f"  {label}: WRONG (rel error {errors[label]:.2e}), " + ("timed anyway" if time_wrong else "not timed"),
+                  flush=True)
     flops = 2.0 * m * n * k
     times = time_interleaved({label: functools.partial(call, a, b) for label, call in calls.items()}, reps, flush)
     rows = {label: {**summarize(ms, flops), "rel_error": errors.get(label)} for label, ms in times.items()}
@@ -235,6 +237,9 @@ def compact(result: dict) -> dict:
             "skipped": sorted(result["skipped"]),
             "us": {label: [round(r[key] * 1e3, 2) for key in ("median_ms", "p10_ms", "p90_ms")]
                    for label, r in ordered}}
+    wrong = sorted(label for label, r in ordered if (r.get("rel_error") or 0) >= 1e-2)
+    if wrong:  # timed with --time-wrong
+        kept["wrong"] = wrong
     if any("graph_ms" in r for _, r in ordered):
         kept["graph_us"] = {label: round(r["graph_ms"] * 1e3, 3) for label, r in ordered if "graph_ms" in r}
     return kept
@@ -286,6 +291,9 @@ def main(argv=None) -> int:
     p.add_argument("--default-stages", default="",
                    help="also time the default path's config with these ring depths, e.g. 4,6,8")
     p.add_argument("--graph", action="store_true", help="also time CUDA-graph replays of back-to-back calls")
+    p.add_argument("--time-wrong", action="store_true",
+                   help="time configs whose output fails the check too, listed as wrong in the JSON: for "
+                        "ablations that skip work on purpose (a --base export of a commit that does)")
     p.add_argument("--reps", type=int, default=20)
     p.add_argument("--name", default="sweep_8192_bf16")
     p.add_argument("--out", default=str(Path(__file__).parent / "results"))
@@ -320,7 +328,8 @@ def main(argv=None) -> int:
         if args.model_top:
             shape_candidates.update(model_candidates(m, n, k, args.model_top, args.weight, sms, args.dtype))
         print(f"[{i}/{len(shapes)}] {m}x{n}x{k}: compiling and checking {len(shape_candidates)} configs", flush=True)
-        results.append(sweep_shape(m, n, k, dtype, shape_candidates, args.reps, flush, args.weight, args.graph))
+        results.append(sweep_shape(m, n, k, dtype, shape_candidates, args.reps, flush, args.weight, args.graph,
+                                   args.time_wrong))
         print_shape(results[-1], args.reps)
     report = {"command": shlex.join(["python", "benchmarks/sweep_configs.py", *(argv or sys.argv[1:])]),
               "dtype": args.dtype, "reps": args.reps, "environment": environment(), "gpu_state": gpu_state(),

@@ -352,6 +352,23 @@ def test_sweep_keeps_graph_times_when_it_took_them(sweep):
     assert "graph_us" not in sweep.compact({**kept, "skipped": {}, "rows": rows})
 
 
+def test_sweep_times_a_wrong_output_only_when_asked_and_lists_it(sweep, monkeypatch):
+    """An ablation (a --base export that skips work on purpose) fails the check: it is
+    left out unless --time-wrong, and then listed as wrong in the JSON."""
+    timed = []
+    monkeypatch.setattr(sweep, "time_interleaved",
+                        lambda calls, reps, flush: timed.append(sorted(calls)) or {label: [0.01] * reps
+                                                                                    for label in calls})
+    monkeypatch.setattr(sweep, "cublas_kernels", lambda fn: [])
+    monkeypatch.setattr(sweep, "wsgemm_config", lambda a, b, config: "")
+    monkeypatch.setattr(sweep.torch, "randn", lambda *shape, device=None: sweep.torch.rand(*shape) + 0.5)
+    candidates = {"right": lambda a, b: a @ b, "ablated": lambda a, b: 0.5 * (a @ b)}
+    for time_wrong, expected in ((False, ["right", "torch.matmul"]), (True, ["ablated", "right", "torch.matmul"])):
+        result = sweep.sweep_shape(4, 8, 16, sweep.torch.float32, candidates, 3, None, True, time_wrong=time_wrong)
+        assert timed[-1] == expected
+        assert sweep.compact(result).get("wrong", []) == (["ablated"] if time_wrong else [])
+
+
 def test_sweep_model_candidates_are_launched_as_the_default_path_would(sweep):
     """The model's best configs and their other cluster shape, each once, as
     ``heuristics.as_launched`` turns them (here: dependent launch for 64-row tiles,
