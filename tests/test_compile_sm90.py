@@ -163,6 +163,7 @@ def test_cooperative_consumers_share_each_tile_and_its_epilogue():
 @pytest.mark.parametrize("config, in_flight", [
     (GemmConfig(tile_m=128, tile_n=256, cluster_m=2), 0),  # two cooperative warpgroups per tile
     (GemmConfig(tile_m=128, tile_n=16, swap_ab=True), 0),
+    (GemmConfig(tile_m=64, tile_n=16, tile_k=128, stages=8, swap_ab=True), 1),  # a decode tile, 128 deep
     (GemmConfig(tile_m=64, tile_n=128), 1),  # one warpgroup alone on its tile
     (GemmConfig(tile_m=128, tile_n=128, cluster_m=2, pingpong=True), 1),
 ], ids=lambda v: v.short() if isinstance(v, GemmConfig) else f"in_flight{v}")
@@ -173,6 +174,19 @@ def test_a_warpgroup_alone_on_its_tile_keeps_one_wgmma_batch_in_flight(config, i
     _, compiled = build(config=config)
     waits = [int(n) for n in re.findall(r"wgmma\.wait_group\.sync\.aligned\s+(\d+)", compiled.ptx)]
     assert set(waits) == {in_flight, 0}
+
+
+def test_a_128_deep_decode_tile_issues_eight_wgmmas_a_k_block_and_announces_its_whole_stage():
+    """The swapped decode tile of heuristics.with_deep_weight_k_blocks: one 64x16
+    wgmma per 16 of its 128-deep k-block, and one stage of both operands' boxes
+    (64x128 and 16x128 bf16: 20 KiB) announced to the full barrier."""
+    spec, compiled = build(config=GemmConfig(tile_m=64, tile_n=16, tile_k=128, stages=8))
+    assert_core_structure(spec, compiled)
+    assert compiled.ptx.count("wgmma.mma_async.sync.aligned.m64n16k16") == 8
+    stage = cfg.smem_budget(spec).stage_bytes
+    assert stage == (64 + 16) * 128 * 2
+    constant = announced_bytes(compiled.ptx)
+    assert constant == str(stage) or re.search(rf"mov\.b32\s+{re.escape(constant)},\s*{stage};", compiled.ptx)
 
 
 def test_default_policy_probes_the_next_stage_before_the_copies():

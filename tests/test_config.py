@@ -145,6 +145,14 @@ def test_spec_is_hashable_and_distinguishes_every_code_affecting_field():
     assert spec() == base and hash(spec()) == hash(base)
 
 
+def test_128_deep_k_blocks_are_sm90_only_and_halve_the_stages_that_fit():
+    shallow, deep = spec(GemmConfig(tile_m=64, tile_n=16)), spec(GemmConfig(tile_m=64, tile_n=16, tile_k=128))
+    assert "64x16x128_" in deep.config.short() and deep != shallow
+    assert cfg.smem_budget(deep).stage_bytes == 2 * cfg.smem_budget(shallow).stage_bytes
+    with pytest.raises(ConfigError, match=r"tile_k=128 is not supported; choose one of \[64\]"):
+        cfg.make_spec("sm100", "bf16", "bf16", "k", "k", "n", GemmConfig(tile_k=128))
+
+
 def test_split_k_is_sm90_only():
     with pytest.raises(ConfigError, match=r"split_k=2: split-K is implemented in the sm90 kernel only"):
         cfg.make_spec("sm100", "bf16", "bf16", "k", "k", "n", GemmConfig(split_k=2))

@@ -692,3 +692,17 @@ def test_a_four_tile_swap_winner_serves_the_m_its_tiles_hold():
     # The autotuner times them too, fitted to the call's M.
     timed = candidates_to_time(400, 4096, 4096, 1, H200_SMS, True, 12, tokens_up_to=512)
     assert any(c.swap_ab and (c.tile_n, c.cluster_n) == (112, 2) for c in timed)
+
+
+def test_deep_weight_k_blocks_only_for_narrow_swapped_sm90_tiles_on_k_major_weights():
+    from wsgemm.heuristics import with_deep_weight_k_blocks
+
+    decode = cfg.GemmConfig(tile_m=64, tile_n=16, swap_ab=True, epi_stages=4)
+    deep = with_deep_weight_k_blocks("sm90", decode, 4096, "bf16", "bf16", True)
+    assert (deep.tile_k, deep.stages) == (128, 8)  # 16 stages of 10 KiB fit beside the epilogue
+    assert with_deep_weight_k_blocks("sm90", deep, 4096, "bf16", "bf16", True) is deep
+    unchanged = [("sm100", decode, 4096, True), ("sm90", decode, 4096, False),
+                 ("sm90", dataclasses.replace(decode, swap_ab=False), 4096, True),
+                 ("sm90", dataclasses.replace(decode, tile_n=32), 4096, True), ("sm90", decode, 1920, True)]
+    for arch, config, k, a_k_major in unchanged:
+        assert with_deep_weight_k_blocks(arch, config, k, "bf16", "bf16", a_k_major) is config

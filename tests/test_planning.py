@@ -33,6 +33,35 @@ def test_decode_weight_product_is_swapped_so_tokens_are_the_mma_n():
     assert spec.config.tile_n <= 32 and not spec.config.swap_ab  # the kernel never sees the swap
 
 
+@pytest.mark.parametrize("tokens, n, k", [(1, 6144, 4096), (16, 4096, 4096), (1, 4096, 14336), (1, 57344, 8192)])
+def test_swapped_decode_tiles_stream_a_k_major_weight_in_128_deep_k_blocks(tokens, n, k):
+    """16 token columns beside a K-major weight: 128-deep k-blocks on half the ring's
+    stages (heuristics.with_deep_weight_k_blocks, NOTES section 62)."""
+    x, w = meta(tokens, k), meta(n, k)
+    mode, spec, _ = plan(x, w.t())
+    shallow = dataclasses.replace(spec.config, tile_k=64, stages=None)
+    ring = api.cfg.smem_budget(dataclasses.replace(spec, config=shallow)).stages
+    assert mode == "swap" and spec.config.tile_n == 16 and spec.a_major == "k"
+    assert spec.config.tile_k == 128 and spec.config.stages == ring // 2
+
+
+@pytest.mark.parametrize("why, x, b", [
+    ("64 token columns", meta(64, 4096), meta(4096, 4096).t()),
+    ("an M-major weight (B given row-major)", meta(1, 4096), meta(4096, 6144)),
+    ("K = 1024", meta(1, 1024), meta(6144, 1024).t()),
+    ("K not a multiple of 128", meta(1, 4160), meta(6144, 4160).t()),
+])
+def test_other_plans_keep_64_deep_k_blocks(why, x, b):
+    _, spec, _ = plan(x, b)
+    assert spec.config.tile_k == 64, why
+
+
+def test_a_callers_config_keeps_its_k_blocks():
+    x, w = meta(1, 4096), meta(6144, 4096)
+    mode, spec, _ = plan(x, w.t(), config=GemmConfig(tile_m=64, tile_n=16, swap_ab=True))
+    assert mode == "swap" and spec.config.tile_k == 64
+
+
 def test_a_weight_read_before_the_wait_is_the_swapped_kernels_a_and_only_where_it_launches_dependent():
     x, w = meta(4, 4096), meta(14336, 4096)
     mode, spec, _ = plan(x, w.t(), read_before_wait="b")

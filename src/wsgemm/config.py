@@ -378,7 +378,11 @@ SM90_PINGPONG_MAX_TILE_M = 128  # a ping-pong warpgroup's whole tile: two wgmmas
 # 16x16, the epilogue's narrowest step, so tiles are multiples of 16 (``epilogue_tile``).
 SM90_TILE_N_STEP = 16
 SM90_TILE_N = tuple(range(SM90_TILE_N_STEP, 257, SM90_TILE_N_STEP))
-TILE_K = (64,)
+# 128-deep k-blocks only on SM90, where the launch policy gives them to swapped decode
+# tiles streaming a weight (heuristics.with_deep_weight_k_blocks); the SM100 kernel
+# runs nowhere here, so it keeps the depth its tests check.
+SM90_TILE_K = (64, 128)
+SM100_TILE_K = (64,)
 CLUSTER_DIMS = (1, 2, 4)
 SWIZZLES = (1, 2, 4, 8, 16)
 
@@ -467,7 +471,6 @@ SM100_TILE_N = (64, 128, 192, 256)
 
 
 def _check_common(config: GemmConfig) -> None:
-    _check_choice("tile_k", config.tile_k, TILE_K)
     _check_choice("cluster_m", config.cluster_m, CLUSTER_DIMS)
     _check_choice("cluster_n", config.cluster_n, CLUSTER_DIMS)
     # SM90 and SM100 share the portable limit; wsgemm never opts into larger clusters.
@@ -511,6 +514,7 @@ SM90_ONLY_FEATURES = (
 def _check_sm100(config: GemmConfig) -> None:
     _check_choice("tile_m", config.tile_m, SM100_TILE_M)
     _check_choice("tile_n", config.tile_n, SM100_TILE_N)
+    _check_choice("tile_k", config.tile_k, SM100_TILE_K)
     _check_common(config)
     if config.two_cta and config.cluster_m % 2:
         raise ConfigError(
@@ -555,6 +559,7 @@ def _sm90_register_problem(config: GemmConfig) -> str | None:
 def _check_sm90(config: GemmConfig) -> None:
     _check_choice("tile_m", config.tile_m, SM90_TILE_M)
     _check_choice("tile_n", config.tile_n, SM90_TILE_N)
+    _check_choice("tile_k", config.tile_k, SM90_TILE_K)
     _check_common(config)
     if config.two_cta:
         raise ConfigError("two_cta is a Blackwell (sm100) feature; Hopper has no cta_group::2 MMA")

@@ -1338,12 +1338,39 @@ def pingpong_variant(config: GemmConfig, m: int, n: int, k: int, batches: int,
     return dataclasses.replace(base, tile_n=tile_n)
 
 
+# Swapped decode tiles stream the weight, one 64- or 128-row slab of it per tile. Where
+# the weight is K-major (an nn.Linear weight read as W.t()), 128-deep k-blocks read
+# 256 B of each of its rows per TMA box instead of 128, and half the stages keep the
+# same bytes in flight. On an H200 in graph replays, every swapped plan with 16 token
+# columns measured (M = 1 and 16 on Llama-3 8B and 70B weights, 16 plans, split and
+# stream-K among them) ran 1.2-3.8 % faster; swapped 64x64 tiles (M = 64) 0.98-1.01x,
+# so narrow tiles only (benchmarks/NOTES.md section 62). Measured with K from 4096 to
+# 28672, whole 128-deep blocks.
+DEEP_K_BLOCK = 128
+DEEP_K_BLOCK_MAX_TOKEN_COLUMNS = 16
+DEEP_K_BLOCK_MIN_K = 2048
+
+
+def with_deep_weight_k_blocks(arch: str, config: GemmConfig, k: int, ab_dtype: str, out_dtype: str,
+                              a_k_major: bool) -> GemmConfig:
+    """``config`` with 128-deep k-blocks and half its ring's stages where it is a
+    swapped decode tile streaming a K-major weight (``a_k_major``: the kernel's A
+    operand, the weight, is read along K), else unchanged."""
+    if (arch != "sm90" or not config.swap_ab or not a_k_major or config.tile_k == DEEP_K_BLOCK
+            or config.tile_n > DEEP_K_BLOCK_MAX_TOKEN_COLUMNS or k < DEEP_K_BLOCK_MIN_K or k % DEEP_K_BLOCK):
+        return config
+    ring = smem_budget(KernelSpec(arch, ab_dtype, out_dtype, "k", "k", "n", config)).stages
+    return dataclasses.replace(config, tile_k=DEEP_K_BLOCK, stages=max(2, ring // 2))
+
+
 def as_launched(arch: str, config: GemmConfig, m: int, n: int, k: int, batches: int, sm_count: int,
-                ab_dtype: str, out_dtype: str) -> GemmConfig:
+                ab_dtype: str, out_dtype: str, a_k_major: bool = True) -> GemmConfig:
     """What a configuration wsgemm chose (table, model or autotuner) runs as on the
-    kernel's own problem: :func:`with_launch_policy`, then
+    kernel's own problem: :func:`with_launch_policy`, :func:`with_deep_weight_k_blocks`
+    (``a_k_major``: the kernel's A operand is read along K), then
     :func:`with_spare_epilogue_buffers`. A caller's config is used as given."""
     config = with_launch_policy(arch, config, m, n, k, batches, sm_count)
+    config = with_deep_weight_k_blocks(arch, config, k, ab_dtype, out_dtype, a_k_major)
     return with_spare_epilogue_buffers(arch, config, ab_dtype, out_dtype)
 
 
