@@ -641,6 +641,17 @@ def test_the_decode_overheads_twin_of_the_old_linear_forward_computes_the_layer(
         torch.testing.assert_close(twin(x), ref(x))
     assert promises == ["b"]
 
+def test_deep_k_blocks_times_the_planned_decode_config_at_both_depths_on_the_same_bytes(monkeypatch):
+    deep = load_torch_script(monkeypatch, "deep_k_blocks")
+    GemmConfig = deep.cfg.GemmConfig
+    planned = GemmConfig(tile_m=64, tile_n=16, tile_k=128, stages=8, epi_stages=4, dependent_launch=True)
+    both = deep.both_depths(planned)
+    assert (both["64-deep"].tile_k, both["64-deep"].stages) == (64, 16)
+    assert (both["128-deep"].tile_k, both["128-deep"].stages) == (128, 8)
+    assert all(c.swap_ab and c.epi_stages == 4 and c.dependent_launch for c in both.values())
+    wide = deep.both_depths(GemmConfig(tile_m=64, tile_n=64, stages=13))  # M = 64 keeps 64-deep blocks
+    assert (wide["64-deep"].stages, wide["128-deep"].stages) == (13, 6)
+
 # ----------------------------------------------------------------------------- baseline
 
 
