@@ -1,9 +1,10 @@
 """Decode plans with 64- and 128-deep k-blocks, side by side (benchmarks/NOTES.md section 62).
 
-A swapped decode tile streams a slab of the weight. Each TMA box of a 64-deep k-block
-reads 128 B of each weight row, and a 128-deep one reads 256 B. For every shape whose
-default plan swaps, this times that plan twice, with 64-deep k-blocks and with
-128-deep ones on half the stages (the same bytes in flight), beside torch.matmul.
+A swapped decode tile streams a slab of the weight. A 64-deep k-block loads 128 B of
+each weight row (one TMA box), a 128-deep one 256 B (two boxes, issued together). For
+every shape whose default plan swaps, this times that plan twice, with 64-deep
+k-blocks and with 128-deep ones on half the stages (the same bytes in flight), beside
+torch.matmul.
 Single calls after an L2 flush, and CUDA-graph replays of 20 back-to-back calls. Each
 output is checked against a float32 reference before it is timed. Shapes: M in
 ``--tokens`` on the Llama-3 8B and 70B weights, B = W.t().

@@ -178,11 +178,15 @@ def test_a_warpgroup_alone_on_its_tile_keeps_one_wgmma_batch_in_flight(config, i
 
 def test_a_128_deep_decode_tile_issues_eight_wgmmas_a_k_block_and_announces_its_whole_stage():
     """The swapped decode tile of heuristics.with_deep_weight_k_blocks: one 64x16
-    wgmma per 16 of its 128-deep k-block, and one stage of both operands' boxes
-    (64x128 and 16x128 bf16: 20 KiB) announced to the full barrier."""
+    wgmma per 16 of its 128-deep k-block, two 128 B-swizzled boxes per operand a stage
+    (one at 64 deep), and the whole stage (64x128 and 16x128 bf16: 20 KiB) announced
+    to the full barrier."""
+    loads = "cp.async.bulk.tensor.2d.shared::cta.global"
     spec, compiled = build(config=GemmConfig(tile_m=64, tile_n=16, tile_k=128, stages=8))
     assert_core_structure(spec, compiled)
     assert compiled.ptx.count("wgmma.mma_async.sync.aligned.m64n16k16") == 8
+    assert compiled.ptx.count(loads) == 4
+    assert build(config=GemmConfig(tile_m=64, tile_n=16, stages=16))[1].ptx.count(loads) == 2
     stage = cfg.smem_budget(spec).stage_bytes
     assert stage == (64 + 16) * 128 * 2
     constant = announced_bytes(compiled.ptx)

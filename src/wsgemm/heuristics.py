@@ -1339,13 +1339,15 @@ def pingpong_variant(config: GemmConfig, m: int, n: int, k: int, batches: int,
 
 
 # Swapped decode tiles stream the weight, one 64- or 128-row slab of it per tile. Where
-# the weight is K-major (an nn.Linear weight read as W.t()), 128-deep k-blocks read
-# 256 B of each of its rows per TMA box instead of 128, and half the stages keep the
-# same bytes in flight. On an H200 in graph replays, every swapped plan with 16 token
-# columns measured (M = 1 and 16 on Llama-3 8B and 70B weights, 16 plans, split and
-# stream-K among them) ran 1.2-3.8 % faster; swapped 64x64 tiles (M = 64) 0.98-1.01x,
-# so narrow tiles only (benchmarks/NOTES.md section 62). Measured with K from 4096 to
-# 28672, whole 128-deep blocks.
+# the weight is K-major (an nn.Linear weight read as W.t()), a 128-deep k-block loads
+# two 128 B-wide TMA boxes of it together (256 B of each row) where a 64-deep one loads
+# one a stage; half the stages keep the same bytes in flight, and each barrier round
+# trip moves twice the bytes (which of the two gains is unmeasured). On an H200 in
+# graph replays, every swapped plan with 16 token columns measured (M = 1 and 16 on
+# Llama-3 8B and 70B weights, 16 plans, split and stream-K among them) ran 1.2-3.8 %
+# faster; swapped 64x64 tiles (M = 64) 0.98-1.01x, so narrow tiles only
+# (benchmarks/NOTES.md section 62). Measured with K from 4096 to 28672, whole 128-deep
+# blocks.
 DEEP_K_BLOCK = 128
 DEEP_K_BLOCK_MAX_TOKEN_COLUMNS = 16
 DEEP_K_BLOCK_MIN_K = 2048
