@@ -1,10 +1,10 @@
-"""Decode plans with 64- and 128-deep k-blocks, side by side (benchmarks/NOTES.md section 62).
+"""Decode plans with 64- and 128-deep k-blocks, side by side (benchmarks/NOTES.md
+sections 62-63).
 
-A swapped decode tile streams a slab of the weight. A 64-deep k-block loads 128 B of
-each weight row (one TMA box), a 128-deep one 256 B (two boxes, issued together). For
-every shape whose default plan swaps, this times that plan twice, with 64-deep
-k-blocks and with 128-deep ones on half the stages (the same bytes in flight), beside
-torch.matmul.
+A decode tile streams a slab of the weight. A 64-deep k-block loads 128 B of each
+weight row (one TMA box), a 128-deep one 256 B (two boxes, issued together). For every
+shape, this times its default plan (swapped or not) twice, with 64-deep k-blocks and
+with 128-deep ones on half the stages (the same bytes in flight), beside torch.matmul.
 Single calls after an L2 flush, and CUDA-graph replays of 20 back-to-back calls. Each
 output is checked against a float32 reference before it is timed. Shapes: M in
 ``--tokens`` on the Llama-3 8B and 70B weights, B = W.t().
@@ -37,22 +37,22 @@ WEIGHTS = ((6144, 4096), (4096, 4096), (28672, 4096), (4096, 14336),  # 8B qkv, 
 GRAPH_CALLS = 20
 
 
-def both_depths(planned: cfg.GemmConfig) -> dict[str, cfg.GemmConfig]:
-    """The planned swapped config with 64-deep k-blocks and with 128-deep ones; the
-    128-deep one has half the 64-deep one's stages (the same bytes in flight)."""
-    shallow_stages = planned.stages * (planned.tile_k // 64)
-    base = dataclasses.replace(planned, swap_ab=True)
-    return {"64-deep": dataclasses.replace(base, tile_k=64, stages=shallow_stages),
-            "128-deep": dataclasses.replace(base, tile_k=128, stages=max(2, shallow_stages // 2))}
+def both_depths(planned: cfg.GemmConfig, swapped: bool) -> dict[str, cfg.GemmConfig]:
+    """The planned config with 64-deep k-blocks and with 128-deep ones; the 128-deep one
+    has half the 64-deep one's resolved stages (the same bytes in flight)."""
+    deep_factor = planned.tile_k // 64
+    shallow = dataclasses.replace(planned, swap_ab=swapped, tile_k=64,
+                                  stages=None if planned.stages is None else planned.stages * deep_factor)
+    ring = cfg.smem_budget(cfg.KernelSpec("sm90", "bf16", "bf16", "k", "k", "n", shallow)).stages
+    return {"64-deep": dataclasses.replace(shallow, stages=ring),
+            "128-deep": dataclasses.replace(shallow, tile_k=128, stages=max(2, ring // 2))}
 
 
-def bench_shape(m: int, n: int, k: int, reps: int, flush) -> dict | None:
+def bench_shape(m: int, n: int, k: int, reps: int, flush) -> dict:
     a = torch.randn(m, k, device="cuda").to(torch.bfloat16)
     b = torch.randn(n, k, device="cuda").to(torch.bfloat16).t()
     plan = wsgemm.api.make_plan(a, b, None, None, None)
-    if plan.mode != "swap":
-        return None
-    configs = both_depths(plan.spec.config)
+    configs = both_depths(plan.spec.config, swapped=plan.mode == "swap")
     calls = {"torch.matmul": torch.matmul}
     calls.update({name: (lambda c: lambda x, y: wsgemm.gemm(x, y, config=c))(c) for name, c in configs.items()})
     reference = a.float() @ b.float()
@@ -62,7 +62,7 @@ def bench_shape(m: int, n: int, k: int, reps: int, flush) -> dict | None:
     single = wsgemm.timing.time_in_turns({name: (lambda f: lambda: f(a, b))(f) for name, f in timed.items()},
                                          reps, flush.evict)
     graph = wsgemm.timing.time_graph_replays(timed, a, b, flush, GRAPH_CALLS, reps)
-    return {"plan": plan.spec.config.short(), "configs": {name: c.short() for name, c in configs.items()},
+    return {"plan": plan.spec.config.short(), "swapped": plan.mode == "swap", "configs": {name: c.short() for name, c in configs.items()},
             "wrong": wrong, "single_us": {name: round(statistics.median(v) * 1e3, 2) for name, v in single.items()},
             "graph_us": {name: round(v * 1e3, 3) for name, v in graph.items()}}
 
@@ -81,9 +81,6 @@ def main(argv=None) -> int:
     for i, (m, n, k) in enumerate(shapes, 1):
         print(f"[{i}/{len(shapes)}] {m}x{n}x{k}", file=sys.stderr, flush=True)
         row = bench_shape(m, n, k, args.reps, flush)
-        if row is None:
-            print("  the default plan does not swap: skipped", file=sys.stderr, flush=True)
-            continue
         report["rows"][f"{m}x{n}x{k}"] = row
         g = row["graph_us"]
         if not row["wrong"]:

@@ -645,12 +645,18 @@ def test_deep_k_blocks_times_the_planned_decode_config_at_both_depths_on_the_sam
     deep = load_torch_script(monkeypatch, "deep_k_blocks")
     GemmConfig = deep.cfg.GemmConfig
     planned = GemmConfig(tile_m=64, tile_n=16, tile_k=128, stages=8, epi_stages=4, dependent_launch=True)
-    both = deep.both_depths(planned)
+    both = deep.both_depths(planned, swapped=True)
     assert (both["64-deep"].tile_k, both["64-deep"].stages) == (64, 16)
     assert (both["128-deep"].tile_k, both["128-deep"].stages) == (128, 8)
     assert all(c.swap_ab and c.epi_stages == 4 and c.dependent_launch for c in both.values())
-    wide = deep.both_depths(GemmConfig(tile_m=64, tile_n=64, stages=13))  # M = 64 keeps 64-deep blocks
+    wide = deep.both_depths(GemmConfig(tile_m=64, tile_n=64, stages=13), swapped=True)  # M = 64: 64-deep
     assert (wide["64-deep"].stages, wide["128-deep"].stages) == (13, 6)
+    # An unswapped plan keeps its orientation; a ring of "as many as fit" is resolved first.
+    plain = deep.both_depths(GemmConfig(tile_m=64, tile_n=224), swapped=False)
+    ring = deep.cfg.smem_budget(deep.cfg.KernelSpec("sm90", "bf16", "bf16", "k", "k", "n",
+                                                    GemmConfig(tile_m=64, tile_n=224))).stages
+    assert not any(c.swap_ab for c in plain.values()) and ring >= 4
+    assert (plain["64-deep"].stages, plain["128-deep"].stages) == (ring, ring // 2)
 
 
 # ----------------------------------------------------------------------------- baseline

@@ -165,6 +165,7 @@ def test_cooperative_consumers_share_each_tile_and_its_epilogue():
     (GemmConfig(tile_m=128, tile_n=16, swap_ab=True), 0),
     (GemmConfig(tile_m=64, tile_n=16, tile_k=128, stages=8, swap_ab=True), 1),  # a decode tile, 128 deep
     (GemmConfig(tile_m=64, tile_n=128), 1),  # one warpgroup alone on its tile
+    (GemmConfig(tile_m=64, tile_n=224, tile_k=128, stages=3), 1),  # one row of decode tokens, 128 deep
     (GemmConfig(tile_m=128, tile_n=128, cluster_m=2, pingpong=True), 1),
 ], ids=lambda v: v.short() if isinstance(v, GemmConfig) else f"in_flight{v}")
 def test_a_warpgroup_alone_on_its_tile_keeps_one_wgmma_batch_in_flight(config, in_flight):

@@ -694,15 +694,27 @@ def test_a_four_tile_swap_winner_serves_the_m_its_tiles_hold():
     assert any(c.swap_ab and (c.tile_n, c.cluster_n) == (112, 2) for c in timed)
 
 
-def test_deep_weight_k_blocks_only_for_narrow_swapped_sm90_tiles_on_k_major_weights():
+def test_deep_weight_k_blocks_only_for_narrow_decode_sm90_tiles_on_k_major_operands():
     from wsgemm.heuristics import with_deep_weight_k_blocks
 
+    def deepened(config, m=1, k=4096, arch="sm90", k_major=True):
+        return with_deep_weight_k_blocks(arch, config, m, k, "bf16", "bf16", k_major)
+
     decode = cfg.GemmConfig(tile_m=64, tile_n=16, swap_ab=True, epi_stages=4)
-    deep = with_deep_weight_k_blocks("sm90", decode, 4096, "bf16", "bf16", True)
+    deep = deepened(decode)
     assert (deep.tile_k, deep.stages) == (128, 8)  # 16 stages of 10 KiB fit beside the epilogue
-    assert with_deep_weight_k_blocks("sm90", deep, 4096, "bf16", "bf16", True) is deep
-    unchanged = [("sm100", decode, 4096, True), ("sm90", decode, 4096, False),
-                 ("sm90", dataclasses.replace(decode, swap_ab=False), 4096, True),
-                 ("sm90", dataclasses.replace(decode, tile_n=32), 4096, True), ("sm90", decode, 1920, True)]
-    for arch, config, k, a_k_major in unchanged:
-        assert with_deep_weight_k_blocks(arch, config, k, "bf16", "bf16", a_k_major) is config
+    assert deepened(deep) is deep
+    assert deepened(dataclasses.replace(decode, tile_n=32), m=32).tile_k == 128
+    one_token_tile = cfg.GemmConfig(tile_m=64, tile_n=224, epi_stages=2)  # unswapped, M <= 64
+    assert (deepened(one_token_tile, m=64).tile_k, deepened(one_token_tile, m=64).stages) == (128, 3)
+    unchanged = [
+        dict(config=decode, arch="sm100"), dict(config=decode, k_major=False), dict(config=decode, k=1920),
+        dict(config=dataclasses.replace(decode, tile_n=64), m=64),  # wide token tiles: level (0.98-1.01x)
+        dict(config=one_token_tile, m=65),  # two rows of token tiles: unmeasured
+        dict(config=dataclasses.replace(one_token_tile, cluster_m=2), m=64),  # lost up to 11 % at M = 128
+        dict(config=dataclasses.replace(one_token_tile, tile_m=128), m=64),
+        dict(config=dataclasses.replace(one_token_tile, tile_n=80), m=64),  # 0.96-1.02x
+        dict(config=cfg.GemmConfig(tile_m=64, tile_n=256, epi_stages=4), m=64),  # 2 deep stages: unmeasured
+    ]
+    for case in unchanged:
+        assert deepened(**case) is case["config"], case

@@ -33,23 +33,33 @@ def test_decode_weight_product_is_swapped_so_tokens_are_the_mma_n():
     assert spec.config.tile_n <= 32 and not spec.config.swap_ab  # the kernel never sees the swap
 
 
-@pytest.mark.parametrize("tokens, n, k", [(1, 6144, 4096), (16, 4096, 4096), (1, 4096, 14336), (1, 57344, 8192)])
+@pytest.mark.parametrize("tokens, n, k", [(1, 6144, 4096), (16, 4096, 4096), (1, 4096, 14336), (1, 57344, 8192),
+                                         (24, 6144, 4096), (32, 8192, 28672)])
 def test_swapped_decode_tiles_stream_a_k_major_weight_in_128_deep_k_blocks(tokens, n, k):
-    """16 token columns beside a K-major weight: 128-deep k-blocks on half the ring's
-    stages (heuristics.with_deep_weight_k_blocks, NOTES section 62)."""
+    """At most 32 token columns beside a K-major weight: 128-deep k-blocks on half the
+    ring's stages (heuristics.with_deep_weight_k_blocks, NOTES sections 62-63)."""
     x, w = meta(tokens, k), meta(n, k)
     mode, spec, _ = plan(x, w.t())
     shallow = dataclasses.replace(spec.config, tile_k=64, stages=None)
     ring = api.cfg.smem_budget(dataclasses.replace(spec, config=shallow)).stages
-    assert mode == "swap" and spec.config.tile_n == 16 and spec.a_major == "k"
+    assert mode == "swap" and spec.config.tile_n <= 32 and (spec.a_major, spec.b_major) == ("k", "k")
     assert spec.config.tile_k == 128 and spec.config.stages == ring // 2
 
 
+def test_one_unclustered_row_of_64_token_rows_streams_the_weight_in_128_deep_k_blocks():
+    mode, spec, _ = plan(meta(48, 4096), meta(28672, 4096).t())
+    assert mode == "direct" and (spec.config.tile_m, spec.config.cluster_m, spec.config.cluster_n) == (64, 1, 1)
+    assert (spec.a_major, spec.b_major) == ("k", "k") and spec.config.tile_k == 128
+
+
 @pytest.mark.parametrize("why, x, b", [
-    ("64 token columns", meta(64, 4096), meta(4096, 4096).t()),
+    ("two rows of token tiles, in clusters", meta(65, 4096), meta(4096, 4096).t()),
     ("an M-major weight (B given row-major)", meta(1, 4096), meta(4096, 6144)),
+    ("M-major tokens", meta(4096, 48).t(), meta(28672, 4096).t()),
+    ("a 64x48 token tile", meta(48, 4096), meta(6144, 4096).t()),
     ("K = 1024", meta(1, 1024), meta(6144, 1024).t()),
     ("K not a multiple of 128", meta(1, 4160), meta(6144, 4160).t()),
+    ("64x256 tiles: two 128-deep stages would fit", meta(48, 28672), meta(8192, 28672).t()),
 ])
 def test_other_plans_keep_64_deep_k_blocks(why, x, b):
     _, spec, _ = plan(x, b)

@@ -459,7 +459,7 @@ def _kernel_for(a, b, out, out_dtype, config, shape, dtype, batched, batches, gp
         a_major, b_major, d_major = _swapped_majors(a, b, out, shape, dtype)
     if chosen_here:
         config = as_launched(arch, config, kernel_m, kernel_n, k, kernel_batches, sm_count,
-                             TORCH_DTYPES[a.dtype], TORCH_DTYPES[dtype], _KERNEL_MAJOR["a", a_major] == "k")
+                             TORCH_DTYPES[a.dtype], TORCH_DTYPES[dtype], _both_k_major(a_major, b_major))
         if read_before_wait and config.dependent_launch:  # only a dependent launch has a wait to read before
             config = dataclasses.replace(config, read_before_wait=read_before_wait)
     spec = cfg.make_spec(
@@ -468,6 +468,11 @@ def _kernel_for(a, b, out, out_dtype, config, shape, dtype, batched, batches, gp
         config, batched=kernel_batched,
     )
     return mode, spec, (kernel_m, kernel_n, kernel_batches)
+
+
+def _both_k_major(a_major, b_major) -> bool:
+    """Whether the kernel reads both operands, given their unit-stride modes, along K."""
+    return _KERNEL_MAJOR["a", a_major] == "k" and _KERNEL_MAJOR["b", b_major] == "k"
 
 
 def _swapped_majors(a, b, out, shape, dtype) -> tuple[str, str, str]:
@@ -512,14 +517,15 @@ def _autotuned(a, b, out, out_dtype, gpu, arch, majors, m, n, k, batches, sm_cou
     candidates = candidates_to_time(m, n, k, batches, sm_count, can_swap, autotune.TOP_CANDIDATES,
                                     tokens_up_to=autotune.bucket_bound(m))
 
-    # The kernel's A operand: the caller's A, or B^T where a candidate swaps (2-D only).
-    a_k_major = {False: _KERNEL_MAJOR["a", majors[0]] == "k",
-                 True: can_swap and _KERNEL_MAJOR["a", tma_major(b.t())] == "k"}
+    # The kernel's operands: the caller's A and B, or B^T and A^T where a candidate
+    # swaps (2-D only).
+    k_major = {False: _both_k_major(*majors[:2]),
+               True: can_swap and _both_k_major(tma_major(b.t()), tma_major(a.t()))}
 
     def launch(config):  # as _kernel_for will launch the winner
         kernel_m, kernel_n = (n, m) if config.swap_ab else (m, n)
         return as_launched(arch, config, kernel_m, kernel_n, k, batches, sm_count, TORCH_DTYPES[a.dtype],
-                           TORCH_DTYPES[dtype], a_k_major[config.swap_ab])
+                           TORCH_DTYPES[dtype], k_major[config.swap_ab])
 
     winner = autotune.tuned_config(a, b, out, out_dtype, key=key, candidates=candidates, launch=launch, m=m)
     # Timed at one M of the bucket, it serves the others as a packaged winner does.

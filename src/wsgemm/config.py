@@ -378,8 +378,8 @@ SM90_PINGPONG_MAX_TILE_M = 128  # a ping-pong warpgroup's whole tile: two wgmmas
 # 16x16, the epilogue's narrowest step, so tiles are multiples of 16 (``epilogue_tile``).
 SM90_TILE_N_STEP = 16
 SM90_TILE_N = tuple(range(SM90_TILE_N_STEP, 257, SM90_TILE_N_STEP))
-# 128-deep k-blocks only on SM90, where the launch policy gives them to swapped decode
-# tiles streaming a weight (heuristics.with_deep_weight_k_blocks); the SM100 kernel
+# 128-deep k-blocks only on SM90, where the launch policy gives them to decode tiles
+# streaming a weight (heuristics.with_deep_weight_k_blocks); the SM100 kernel
 # runs nowhere here, so it keeps the depth its tests check.
 SM90_TILE_K = (64, 128)
 SM100_TILE_K = (64,)

@@ -1338,41 +1338,61 @@ def pingpong_variant(config: GemmConfig, m: int, n: int, k: int, batches: int,
     return dataclasses.replace(base, tile_n=tile_n)
 
 
-# Swapped decode tiles stream the weight, one 64- or 128-row slab of it per tile. Where
-# the weight is K-major (an nn.Linear weight read as W.t()), a 128-deep k-block loads
-# two 128 B-wide TMA boxes of it together (256 B of each row) where a 64-deep one loads
-# one a stage; half the stages keep the same bytes in flight, and each barrier round
-# trip moves twice the bytes (which of the two gains is unmeasured). On an H200 in
-# graph replays, every swapped plan with 16 token columns measured (M = 1 and 16 on
-# Llama-3 8B and 70B weights, 16 plans, split and stream-K among them) ran 1.2-3.8 %
-# faster; swapped 64x64 tiles (M = 64) 0.98-1.01x, so narrow tiles only
-# (benchmarks/NOTES.md section 62). Measured with K from 4096 to 28672, whole 128-deep
-# blocks.
+# A decode tile streams the weight: a swapped one a 64- or 128-row slab of it beside
+# its token columns, an unswapped one a slab of weight columns beside one 64-row tile
+# of tokens. Where both operands are K-major (an nn.Linear weight read as W.t()), a
+# 128-deep k-block loads two 128 B-wide TMA boxes of each together (256 B of each row)
+# where a 64-deep one loads one a stage; half the stages keep the same bytes in flight,
+# and each barrier round trip moves twice the bytes (which of the two gains is
+# unmeasured). On an H200 in graph replays (benchmarks/NOTES.md sections 62-63):
+# - swapped plans with 16 token columns (M = 1 and 16 on Llama-3 8B and 70B weights,
+#   16 plans, split and stream-K among them) ran 1.2-3.8 % faster, with 32 columns
+#   (M = 24 and 32, 16 plans) 0.8-6.0 %; swapped 64x64 tiles 0.98-1.01x, so at most 32;
+# - unswapped 64-row tiles in 1x1 clusters on one row of tokens (M = 40-64): 64x160 and
+#   64x224 ran 0.6-3.0 % faster (ten plans), 64x48 and 64x80 0.96-1.02x (eleven), so
+#   160 weight columns or more; in 2x1 clusters at M = 128 they lost up to 11 % (a
+#   cluster's stage is freed when both CTAs are done with it, and half the stages leave
+#   less slack between the pair: a guess, unmeasured), so one CTA clusters only.
+# Measured with K from 4096 to 28672, whole 128-deep blocks, rings of 3 or more
+# 128-deep stages (a 64x256 tile would get 2: left at 64 deep, unmeasured).
 DEEP_K_BLOCK = 128
-DEEP_K_BLOCK_MAX_TOKEN_COLUMNS = 16
+DEEP_K_BLOCK_MAX_TOKEN_COLUMNS = 32
+DEEP_K_BLOCK_TOKEN_ROWS = 64
+DEEP_K_BLOCK_MIN_WEIGHT_COLUMNS = 160
 DEEP_K_BLOCK_MIN_K = 2048
+DEEP_K_BLOCK_MIN_STAGES = 3
 
 
-def with_deep_weight_k_blocks(arch: str, config: GemmConfig, k: int, ab_dtype: str, out_dtype: str,
-                              a_k_major: bool) -> GemmConfig:
-    """``config`` with 128-deep k-blocks and half its ring's stages where it is a
-    swapped decode tile streaming a K-major weight (``a_k_major``: the kernel's A
-    operand, the weight, is read along K), else unchanged."""
-    if (arch != "sm90" or not config.swap_ab or not a_k_major or config.tile_k == DEEP_K_BLOCK
-            or config.tile_n > DEEP_K_BLOCK_MAX_TOKEN_COLUMNS or k < DEEP_K_BLOCK_MIN_K or k % DEEP_K_BLOCK):
+def with_deep_weight_k_blocks(arch: str, config: GemmConfig, m: int, k: int, ab_dtype: str, out_dtype: str,
+                              k_major: bool) -> GemmConfig:
+    """``config`` with 128-deep k-blocks and half its ring's stages where it is a decode
+    tile streaming the weight with both operands K-major (``k_major``), else unchanged:
+    swapped with at most ``DEEP_K_BLOCK_MAX_TOKEN_COLUMNS`` token columns, or unswapped
+    with all ``m`` tokens in one 64-row tile, at least ``DEEP_K_BLOCK_MIN_WEIGHT_COLUMNS``
+    weight columns wide and no cluster; and where at least
+    ``DEEP_K_BLOCK_MIN_STAGES`` 128-deep stages fit."""
+    if (arch != "sm90" or not k_major or config.tile_k == DEEP_K_BLOCK
+            or k < DEEP_K_BLOCK_MIN_K or k % DEEP_K_BLOCK):
         return config
-    ring = smem_budget(KernelSpec(arch, ab_dtype, out_dtype, "k", "k", "n", config)).stages
-    return dataclasses.replace(config, tile_k=DEEP_K_BLOCK, stages=max(2, ring // 2))
+    swapped_narrow = config.swap_ab and config.tile_n <= DEEP_K_BLOCK_MAX_TOKEN_COLUMNS
+    one_token_tile = (not config.swap_ab and config.tile_m == DEEP_K_BLOCK_TOKEN_ROWS and m <= config.tile_m
+                      and config.tile_n >= DEEP_K_BLOCK_MIN_WEIGHT_COLUMNS and config.cluster_m == config.cluster_n == 1)
+    if not (swapped_narrow or one_token_tile):
+        return config
+    deep_stages = smem_budget(KernelSpec(arch, ab_dtype, out_dtype, "k", "k", "n", config)).stages // 2
+    if deep_stages < DEEP_K_BLOCK_MIN_STAGES:
+        return config
+    return dataclasses.replace(config, tile_k=DEEP_K_BLOCK, stages=deep_stages)
 
 
 def as_launched(arch: str, config: GemmConfig, m: int, n: int, k: int, batches: int, sm_count: int,
-                ab_dtype: str, out_dtype: str, a_k_major: bool = True) -> GemmConfig:
+                ab_dtype: str, out_dtype: str, k_major: bool = True) -> GemmConfig:
     """What a configuration wsgemm chose (table, model or autotuner) runs as on the
     kernel's own problem: :func:`with_launch_policy`, :func:`with_deep_weight_k_blocks`
-    (``a_k_major``: the kernel's A operand is read along K), then
+    (``k_major``: both the kernel's operands are read along K), then
     :func:`with_spare_epilogue_buffers`. A caller's config is used as given."""
     config = with_launch_policy(arch, config, m, n, k, batches, sm_count)
-    config = with_deep_weight_k_blocks(arch, config, k, ab_dtype, out_dtype, a_k_major)
+    config = with_deep_weight_k_blocks(arch, config, m, k, ab_dtype, out_dtype, k_major)
     return with_spare_epilogue_buffers(arch, config, ab_dtype, out_dtype)
 
 
