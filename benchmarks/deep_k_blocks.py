@@ -62,7 +62,8 @@ def bench_shape(m: int, n: int, k: int, reps: int, flush) -> dict:
     single = wsgemm.timing.time_in_turns({name: (lambda f: lambda: f(a, b))(f) for name, f in timed.items()},
                                          reps, flush.evict)
     graph = wsgemm.timing.time_graph_replays(timed, a, b, flush, GRAPH_CALLS, reps)
-    return {"plan": plan.spec.config.short(), "swapped": plan.mode == "swap", "configs": {name: c.short() for name, c in configs.items()},
+    return {"plan": plan.spec.config.short(), "swapped": plan.mode == "swap",
+            "configs": {name: c.short() for name, c in configs.items()},
             "wrong": wrong, "single_us": {name: round(statistics.median(v) * 1e3, 2) for name, v in single.items()},
             "graph_us": {name: round(v * 1e3, 3) for name, v in graph.items()}}
 

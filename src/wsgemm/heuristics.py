@@ -1347,9 +1347,9 @@ def pingpong_variant(config: GemmConfig, m: int, n: int, k: int, batches: int,
 # unmeasured). On an H200 in graph replays (benchmarks/NOTES.md sections 62-63):
 # - swapped plans with 16 token columns (M = 1 and 16 on Llama-3 8B and 70B weights,
 #   16 plans, split and stream-K among them) ran 1.2-3.8 % faster, with 32 columns
-#   (M = 24 and 32, 16 plans) 0.8-6.0 %; swapped 64x64 tiles 0.98-1.01x, so at most 32;
+#   (M = 20-32, 40 plans) 0.5-8.0 %; swapped 64x64 tiles 0.98-1.01x, so at most 32;
 # - unswapped 64-row tiles in 1x1 clusters on one row of tokens (M = 40-64): 64x160 and
-#   64x224 ran 0.6-3.0 % faster (ten plans), 64x48 and 64x80 0.96-1.02x (eleven), so
+#   64x224 ran 0.6-3.0 % faster (ten plans), 64x48 and 64x80 0.96-1.02x (ten), so
 #   160 weight columns or more; in 2x1 clusters at M = 128 they lost up to 11 % (a
 #   cluster's stage is freed when both CTAs are done with it, and half the stages leave
 #   less slack between the pair: a guess, unmeasured), so one CTA clusters only.
@@ -1376,7 +1376,8 @@ def with_deep_weight_k_blocks(arch: str, config: GemmConfig, m: int, k: int, ab_
         return config
     swapped_narrow = config.swap_ab and config.tile_n <= DEEP_K_BLOCK_MAX_TOKEN_COLUMNS
     one_token_tile = (not config.swap_ab and config.tile_m == DEEP_K_BLOCK_TOKEN_ROWS and m <= config.tile_m
-                      and config.tile_n >= DEEP_K_BLOCK_MIN_WEIGHT_COLUMNS and config.cluster_m == config.cluster_n == 1)
+                      and config.tile_n >= DEEP_K_BLOCK_MIN_WEIGHT_COLUMNS
+                      and config.cluster_m == config.cluster_n == 1)
     if not (swapped_narrow or one_token_tile):
         return config
     deep_stages = smem_budget(KernelSpec(arch, ab_dtype, out_dtype, "k", "k", "n", config)).stages // 2
