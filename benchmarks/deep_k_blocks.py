@@ -7,11 +7,11 @@ shape, this times its default plan (swapped or not) twice, with 64-deep k-blocks
 with 128-deep ones on half the stages (the same bytes in flight), beside torch.matmul.
 Single calls after an L2 flush, and CUDA-graph replays of 20 back-to-back calls. Each
 output is checked against a float32 reference before it is timed. Shapes: M in
-``--tokens`` on the Llama-3 8B and 70B weights, B = W.t().
+``--tokens`` on the ``--weights`` (by default Llama-3 8B's and 70B's), B = W.t().
 
     python benchmarks/deep_k_blocks.py --tokens 1,16,64
 
-Writes ``<out>/deep_k_blocks.json.gz``.
+Writes ``<out>/<name>.json.gz`` (``--name``, by default ``deep_k_blocks``).
 """
 
 from __future__ import annotations
@@ -71,12 +71,16 @@ def bench_shape(m: int, n: int, k: int, reps: int, flush) -> dict:
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--tokens", default="1,16,64", help="comma-separated M")
+    p.add_argument("--weights", default=",".join(f"{n}x{k}" for n, k in WEIGHTS),
+                   help="comma-separated NxK weight shapes (default: Llama-3 8B and 70B)")
+    p.add_argument("--name", default="deep_k_blocks", help="the report is <out>/<name>.json.gz")
     p.add_argument("--reps", type=int, default=15)
     p.add_argument("--out", default=str(Path(__file__).parent / "results"))
     args = p.parse_args(argv)
     argv = sys.argv[1:] if argv is None else argv
     flush = wsgemm.timing.L2Flush()
-    shapes = [(int(m), n, k) for m in args.tokens.split(",") for n, k in WEIGHTS]
+    weights = [tuple(int(d) for d in w.split("x")) for w in args.weights.split(",")]
+    shapes = [(int(m), n, k) for m in args.tokens.split(",") for n, k in weights]
     report = {"command": regenerate_command("deep_k_blocks.py", argv), "environment": environment(),
               "gpu_before": gpu_state(), "reps": args.reps, "rows": {}}
     for i, (m, n, k) in enumerate(shapes, 1):
@@ -90,7 +94,7 @@ def main(argv=None) -> int:
     report["gpu_after"] = gpu_state()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    write_results(out / "deep_k_blocks.json.gz", report)
+    write_results(out / f"{args.name}.json.gz", report)
     return 0
 
 

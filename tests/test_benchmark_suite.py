@@ -659,6 +659,24 @@ def test_deep_k_blocks_times_the_planned_decode_config_at_both_depths_on_the_sam
     assert (plain["64-deep"].stages, plain["128-deep"].stages) == (ring, ring // 2)
 
 
+
+def test_deep_k_blocks_takes_other_weights_and_names_its_report(monkeypatch, tmp_path):
+    deep = load_torch_script(monkeypatch, "deep_k_blocks")
+    timed, written = [], {}
+    monkeypatch.setattr(deep, "bench_shape", lambda m, n, k, reps, flush: timed.append((m, n, k)) or {
+        "plan": "p", "swapped": True, "configs": {}, "wrong": ["64-deep"], "single_us": {}, "graph_us": {}})
+    monkeypatch.setattr(deep, "environment", dict)
+    monkeypatch.setattr(deep, "gpu_state", dict)
+    monkeypatch.setattr(deep.wsgemm.timing, "L2Flush", lambda: None)
+    monkeypatch.setattr(deep, "write_results", lambda path, report: written.update({path: report}))
+    argv = ["--tokens", "1,32", "--weights", "4608x3584,3584x18944", "--name", "qwen", "--out", str(tmp_path)]
+    assert deep.main(argv) == 0
+    assert timed == [(1, 4608, 3584), (1, 3584, 18944), (32, 4608, 3584), (32, 3584, 18944)]
+    (path, report), = written.items()
+    assert path == tmp_path / "qwen.json.gz" and list(report["rows"]) == ["1x4608x3584", "1x3584x18944",
+                                                                         "32x4608x3584", "32x3584x18944"]
+
+
 # ----------------------------------------------------------------------------- baseline
 
 
