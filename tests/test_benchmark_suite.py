@@ -67,6 +67,10 @@ def test_decode_shortk_square_batched_ranges():
     # Off the llm suite's token grid, between its 128 and 2048, on the same weights.
     assert all(128 < p.m < 2048 and p.m not in llm_tokens and p.layout == "b_weight_t" for p in prefill)
     assert {(p.n, p.k) for p in prefill} == llm_weights
+    # Qwen2.5 7B and 14B: QKV (28 + 2 * 4) * 128 and (40 + 2 * 8) * 128, off Llama's weights.
+    qwen_weights = {(p.n, p.k) for p in shapes.SUITES["qwen"]}
+    assert {(4608, 3584), (37888, 3584), (3584, 18944), (7168, 5120), (5120, 13824)} <= qwen_weights
+    assert len(qwen_weights) == 8 and not qwen_weights & llm_weights
     assert all(128 <= p.k <= 1024 and min(p.m, p.n) >= 8192 for p in shapes.SUITES["shortk"])
     assert [p.m for p in shapes.SUITES["square"]] == [1024, 2048, 4096, 8192, 16384]
     assert all(p.m == p.n == p.k for p in shapes.SUITES["square"])
