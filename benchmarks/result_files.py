@@ -1,9 +1,9 @@
 """The JSON files under ``benchmarks/results/``, plain (``.json``) or gzipped
-(``.json.gz``) by their name: small reports that only their markdown tables, the
-examples and the tests read are kept gzipped, to hold the tree under its 2 MiB
-limit. Reports that only benchmarks/NOTES.md cites live in one ``archive.tar.xz``
-beside them (xz finds the structure they share: a third smaller than gzipped one by
-one); they are read by the name NOTES gives them, as if they were files:
+(``.json.gz``) by their name, to hold the tree under its 2 MiB limit. Reports that
+nothing links to (benchmarks/NOTES.md and source comments cite them, the examples read
+them through :func:`load_json`) live in one ``archive.tar.xz`` beside them (xz finds
+the structure they share: a third smaller than gzipped one by one); they are read by
+the name they are cited by, as if they were files:
 
     python benchmarks/result_files.py show sweep_pp192_llm.json.gz   # the JSON
     python benchmarks/result_files.py archive NAME.json.gz ...       # move reports in

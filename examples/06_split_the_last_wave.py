@@ -15,14 +15,16 @@ Needs: any machine (pure Python, no GPU).
 Run:   python examples/06_split_the_last_wave.py
 """
 
-import gzip
-import json
+import sys
 from collections import Counter
 from pathlib import Path
 
 from wsgemm import GemmConfig
 from wsgemm.heuristics import choose_config, estimate_seconds
 from wsgemm.kernels.common.scheduler import TileGrid, ceil_div
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+from result_files import load_json  # noqa: E402  (reads reports moved into results/archive.tar.xz too)
 
 SMS = 132  # an H100/H200: one 1x1 cluster per SM
 M, N, K = 512, 10240, 8192  # Llama-3 70B QKV projection, 512 tokens
@@ -31,8 +33,7 @@ TILE_M, TILE_N = 128, 256
 
 def measured(result_file: str) -> dict:
     """A committed H200 result (benchmarks/results/*.json.gz)."""
-    path = Path(__file__).resolve().parents[1] / "benchmarks" / "results" / result_file
-    return json.loads(gzip.decompress(path.read_bytes()))
+    return load_json(Path(__file__).resolve().parents[1] / "benchmarks" / "results" / result_file)
 
 
 def busiest_sm(grid: TileGrid, k_blocks: int) -> tuple[float, Counter]:

@@ -21,16 +21,17 @@ Needs: any machine (pure Python, no GPU).
 Run:   python examples/07_what_cublas_runs.py
 """
 
-import gzip
-import json
 import re
+import sys
 from pathlib import Path
 
 from wsgemm import GemmConfig
 from wsgemm import config as cfg
 
 RESULTS = Path(__file__).resolve().parents[1] / "benchmarks" / "results"
-SWEEPS = json.loads(gzip.open(RESULTS / "sweep_small_mid_m.json.gz").read())["sweeps"]
+sys.path.insert(0, str(RESULTS.parent))
+from result_files import load_json  # noqa: E402  (reads reports moved into results/archive.tar.xz too)
+SWEEPS = load_json(RESULTS / "sweep_small_mid_m.json.gz")["sweeps"]
 LOAD_LATENCY_US = 1.0  # a TMA load from HBM under load, roughly (wsgemm.heuristics)
 
 
@@ -95,7 +96,7 @@ print(f"   plain 64x96 pairs {plain:.1f} us (torch.matmul {plain_torch_us:.1f} u
 def side_by_side(name: str, shape: list) -> tuple:
     """Median us of wsgemm's default before and after a change and of torch.matmul, from
     one A/B run (``sweep_configs.py --default --base``), and the kernel cuBLAS ran."""
-    for entry in json.loads(gzip.decompress((RESULTS / name).read_bytes()))["shapes"]:
+    for entry in load_json(RESULTS / name)["shapes"]:
         if entry["shape"] == shape:
             us = entry["us"]  # [median, p10, p90] per label
             return (us["base default"][0], us["default"][0], us["torch.matmul"][0], entry["cublas_kernels"][0],

@@ -21,18 +21,19 @@ Needs: any machine (reads committed JSON; no GPU).
 Run:   python examples/10_reading_a_profile.py
 """
 
-import gzip
-import json
+import sys
 from pathlib import Path
 
 RESULTS = Path(__file__).resolve().parents[1] / "benchmarks" / "results"
+sys.path.insert(0, str(RESULTS.parent))
+from result_files import load_json  # noqa: E402  (reads reports moved into results/archive.tar.xz too)
 # Bookkeeping opcodes that section 20 is about, and the work every GEMM does.
 WATCHED = ("R2UR", "CS2R", "IMAD", "UIADD3", "HGMMA", "F2FP", "STSM")
 
 
 def read(name: str) -> dict:
-    """A committed result (gzipped, as results/ keeps them)."""
-    return json.loads(gzip.decompress((RESULTS / name).read_bytes()))
+    """A committed result (gzipped, or in the results' archive)."""
+    return load_json(RESULTS / name)
 
 
 def load(name: str) -> list[dict]:

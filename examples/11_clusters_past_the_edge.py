@@ -15,9 +15,8 @@ Needs: any machine, compile only (no GPU).
 Run:   python examples/11_clusters_past_the_edge.py
 """
 
-import gzip
-import json
 import re
+import sys
 from pathlib import Path
 
 from wsgemm import GemmConfig
@@ -31,6 +30,8 @@ M, N, K = 384, 4096, 8192
 PAIRED = GemmConfig(tile_m=128, tile_n=128, cluster_m=2)
 ALONE = GemmConfig(tile_m=128, tile_n=128)
 RESULTS = Path(__file__).resolve().parents[1] / "benchmarks" / "results" / "padded_tiles_ab.json.gz"
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+from result_files import load_json  # noqa: E402  (reads reports moved into results/archive.tar.xz too)
 
 
 def padding() -> None:
@@ -79,7 +80,7 @@ def model_check() -> None:
 
 
 def measured() -> None:
-    report = json.loads(gzip.decompress(RESULTS.read_bytes()))
+    report = load_json(RESULTS)
     print("4. Measured on an H200 (results/padded_tiles_ab.json.gz; us per call, each config against the")
     print(f"   kernel before the skip, in one run; {report['environment']['date']}):")
     for shape in report["shapes"]:

@@ -20,8 +20,7 @@ Needs: any machine (no GPU).
 Run:   python examples/14_raster_bands_at_the_power_limit.py
 """
 
-import gzip
-import json
+import sys
 from collections import OrderedDict
 from pathlib import Path
 
@@ -39,6 +38,8 @@ RESULTS_DIR = Path(__file__).resolve().parents[1] / "benchmarks" / "results"
 RESULTS = RESULTS_DIR / "long_grid_bands.json.gz"
 TRAFFIC = RESULTS_DIR / "ncu_16384x10240x8192_traffic.json.gz"  # one call each, clocks locked
 POWER = RESULTS_DIR / "power_per_config.json.gz"  # the same problem back to back
+sys.path.insert(0, str(RESULTS_DIR.parent))
+from result_files import load_json  # noqa: E402  (reads reports moved into results/archive.tar.xz too)
 
 
 def walk(m: int, n: int, config: GemmConfig, swizzle: int):
@@ -106,7 +107,7 @@ def plan_config(short: str) -> GemmConfig:
 
 
 def measured() -> None:
-    data = json.loads(gzip.open(RESULTS).read())
+    data = load_json(RESULTS)
     print("3. Measured on an H200, each walk called back to back for 1 s (median clock, time against cuBLAS's),")
     print("   beside the HBM rate the model of 2 gives that walk at the measured time:")
     print(f"   {'shape':18s} {'tile':>12s}   {'no bands':^27s}   {'bands of 8':^27s}")
@@ -137,9 +138,9 @@ def policy() -> None:
 
 
 def per_clock_or_clock() -> None:
-    traffic = json.loads(gzip.decompress(TRAFFIC.read_bytes()))
+    traffic = load_json(TRAFFIC)
     profiled = {k["label"].split(" (")[0]: k["metrics"] for k in traffic["kernels"]}
-    sustained = json.loads(gzip.open(POWER).read())["shapes"][0]["sustained"]
+    sustained = load_json(POWER)["shapes"][0]["sustained"]
     print(f"\n5. {M}x{N}x{K}: ms at locked clocks (ncu) beside MHz and W back to back (first round, last):")
     for label, name in (("torch.matmul", "torch.matmul"), ("wsgemm default", "wsgemm"),
                         ("wsgemm 128x256:2x1:w8", "wsgemm 128x256:2x1:w8"),

@@ -26,9 +26,8 @@ Needs: any machine (compile only; committed measurements).
 Run:   python examples/15_tall_tiles_and_the_register_count.py
 """
 
-import gzip
-import json
 import re
+import sys
 from pathlib import Path
 
 from wsgemm import GemmConfig, heuristics
@@ -37,6 +36,8 @@ from wsgemm.compile import compile_spec
 from wsgemm.inspection import cubin_resources
 
 RESULTS = Path(__file__).resolve().parents[1] / "benchmarks" / "results"
+sys.path.insert(0, str(RESULTS.parent))
+from result_files import load_json  # noqa: E402  (reads reports moved into results/archive.tar.xz too)
 H200_SMS = 132
 
 
@@ -81,10 +82,10 @@ def part3() -> None:
               f"{chosen.tile_m}x{chosen.tile_n} c{chosen.cluster_m}x{chosen.cluster_n}: {rows}")
     print("\nMeasured on an H200 (single calls after an L2 flush, us; 'before': the plan before each change):")
     print(f"  {'shape':>18}  {'before':>7}  {'now':>7}  {'cuBLAS':>7}  cuBLAS's kernel")
-    plain = json.loads(gzip.decompress((RESULTS / "plain_tall_tiles_ab.json.gz").read_bytes()))
-    reports = [json.loads(gzip.decompress((RESULTS / f"{name}.json.gz").read_bytes()))
+    plain = load_json(RESULTS / "plain_tall_tiles_ab.json.gz")
+    reports = [load_json(RESULTS / f"{name}.json.gz")
                for name in ("swap_256_rows_ab", "swap_192_rows_ab", "tall_pairs_ab")] + [
-                   json.loads(gzip.decompress((RESULTS / "tall_pairs_wider.json.gz").read_bytes()))["ab"],
+                   load_json(RESULTS / "tall_pairs_wider.json.gz")["ab"],
                    plain["runs"]["2_after_the_swap_heldout"]]
     for report in reports:
         for shape in report["shapes"]:

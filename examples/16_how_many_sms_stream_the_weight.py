@@ -18,14 +18,15 @@ Needs: any machine (the model and committed measurements; nothing compiles).
 Run:   python examples/16_how_many_sms_stream_the_weight.py
 """
 
-import gzip
-import json
+import sys
 from pathlib import Path
 
 from wsgemm import heuristics
 from wsgemm.heuristics import H200, PLAIN_TILE_N, ceil_div
 
 RESULTS = Path(__file__).resolve().parents[1] / "benchmarks" / "results"
+sys.path.insert(0, str(RESULTS.parent))
+from result_files import load_json  # noqa: E402  (reads reports moved into results/archive.tar.xz too)
 H200_SMS = 132
 
 
@@ -56,14 +57,14 @@ def part2() -> None:
 def part3() -> None:
     print("Measured on an H200 (single calls after an L2 flush, us; 'before': the plan before the fitted widths):")
     print(f"  {'shape':>16}  {'before':>6}  {'now':>6}  {'cuBLAS':>6}  the plan now")
-    report = json.loads(gzip.decompress((RESULTS / "one_row_fitted_widths_ab.json.gz").read_bytes()))
+    report = load_json(RESULTS / "one_row_fitted_widths_ab.json.gz")
     for run in ("1_ab", "1_ab_continued", "3_heldout"):
         for shape in report["runs"][run]["shapes"][::4]:  # every fourth shape of each run
             us = {impl: times[0] for impl, times in shape["us"].items()}
             width = int(shape["default_plan"].split("x")[1])
             print(f"  {'x'.join(map(str, shape['shape'])):>16}  {us['base default']:6.1f}  {us['default']:6.1f}  "
                   f"{us['torch.matmul']:6.1f}  64x{width}, {ceil_div(shape['shape'][1], width)} CTAs")
-    suite = json.loads(gzip.decompress((RESULTS / "suite_llm_decode.json.gz").read_bytes()))
+    suite = load_json(RESULTS / "suite_llm_decode.json.gz")
     print("\nThe LLM suite's lowest row, re-tuned with the fitted widths (same run as the suite):")
     for row in suite["rows"]:
         if row["label"] == "llm/llama3-70b qkv M=64":
