@@ -36,6 +36,8 @@ from wsgemm.kernels.common.scheduler import (
 from wsgemm.operands import tma_major, writable_major
 
 RESULTS = Path(__file__).resolve().parents[1] / "benchmarks" / "results"
+sys.path.insert(0, str(RESULTS.parent))
+from result_files import load_json  # noqa: E402  (reads reports moved into results/archive.tar.xz too)
 
 
 def starts(extent: int, tile: int, granule: int = 1) -> list[int]:
@@ -91,11 +93,7 @@ def staged_outputs() -> None:
 
 
 def load(name: str) -> dict:
-    """A committed report, read by benchmarks/result_files.py: from its ``.json.gz``, or
-    from the results' archive, where reports that only benchmarks/NOTES.md cites are kept."""
-    sys.path.insert(0, str(RESULTS.parent))
-    from result_files import load_json
-
+    """A committed report, by name (a ``.json.gz`` or one kept in the results' archive)."""
     return load_json(RESULTS / f"{name}.json.gz")
 
 
