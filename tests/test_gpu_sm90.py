@@ -476,12 +476,21 @@ def test_the_default_path_runs_one_wave_of_swapped_256_row_tiles_in_clusters_of_
     assert plan.mode == "swap" and (config.tile_m, config.tile_n, config.cluster_m) == (256, 144, 4), plan
 
 
-@pytest.mark.parametrize("m, n, k, width", [(40, 10000, 4104, 80), (56, 6000, 8200, 48), (48, 3000, 2056, 32)])
+@pytest.mark.parametrize("m, n, k, width", [(40, 10000, 4104, 80), (56, 6000, 8200, 48)])
 def test_the_default_path_runs_one_tile_row_in_columns_that_fill_a_wave(m, n, k, width):
-    # One 64-row tile row, its last columns and k-block ragged: 125, 125 and 94 CTAs.
+    # One 64-row tile row, its last columns and k-block ragged: 125 CTAs.
     plan = default_path_on_weight(m, n, k)
     config = plan.spec.config
     assert plan.mode == "direct" and (config.tile_m, config.tile_n, config.split_k) == (64, width, 1), plan
+
+
+@pytest.mark.parametrize("m, n, k, token_tile", [(48, 3000, 2056, 48), (37, 2000, 2056, 48), (61, 5000, 3080, 64)])
+def test_the_default_path_swaps_33_to_64_tokens_into_one_fitted_tile(m, n, k, token_tile):
+    # The weight's last 64-row tile and the last k-block ragged, the token tile
+    # padded past M: 47, 32 and 79 CTAs.
+    plan = default_path_on_weight(m, n, k)
+    config = plan.spec.config
+    assert plan.mode == "swap" and (config.tile_m, config.tile_n) == (64, token_tile), plan
 
 
 def test_results_are_deterministic():

@@ -23,10 +23,12 @@ from wsgemm.heuristics import (
     _token_tiles_split_to_fill_one_wave,
     _tile_seconds,
     _widths_filling_waves,
+    _zero_fill_seconds,
     candidates_to_time,
     ceil_div,
     choose_config,
     estimate_seconds,
+    fitted_token_tile,
     pingpong_variant,
     ranked_sm90_configs,
     resident_clusters,
@@ -654,7 +656,7 @@ def test_two_rows_of_192_row_tiles_leave_the_swaps_the_model_picks():
     assert chosen.swap_ab and chosen.tile_n == 160, chosen
 
 
-@pytest.mark.parametrize("m, n, k, width", [(40, 10240, 4096, 80), (48, 3072, 2048, 32), (56, 6144, 8192, 48),
+@pytest.mark.parametrize("m, n, k, width", [(40, 10240, 4096, 80), (56, 6144, 8192, 48),
                                             (40, 13824, 4096, 112), (64, 22016, 14336, 176)])
 def test_one_tile_row_takes_the_width_whose_columns_fill_a_wave(m, n, k, width):
     """Up to M = 64 the weight streams from HBM, and the tile columns set how many SMs
@@ -665,6 +667,35 @@ def test_one_tile_row_takes_the_width_whose_columns_fill_a_wave(m, n, k, width):
     assert ceil_div(n, width) <= H200_SMS < ceil_div(n, width - 16)
     assert choose_config("sm90", 80, n, k, 1, H200_SMS).tile_n in PLAIN_TILE_N
     assert _widths_filling_waves(2048, 1, H200_SMS) == ()  # 16 wide: below ONE_ROW_FITTED_MIN_N
+
+
+@pytest.mark.parametrize("m, n, k, split", [(48, 3072, 2048, 1), (40, 5120, 5120, 1), (36, 2048, 2048, 1),
+                                            (44, 3584, 18944, 2), (60, 2048, 2048, 1)])
+def test_33_to_64_tokens_swap_into_one_fitted_token_tile(m, n, k, split):
+    """One token tile fitted to 33-64 tokens beside 64-row weight tiles, in one wave:
+    1.06-1.36x faster than the plans before at M = 36-60 (NOTES section 64), rated
+    with FITTED_SWAP_HBM_GAIN. Where its 64-row tiles need more than a wave
+    (11008-row weights and wider) the plain plans stay."""
+    chosen = choose_config("sm90", m, n, k, 1, H200_SMS, can_swap=True)
+    assert chosen.swap_ab and (chosen.tile_m, chosen.tile_n, chosen.split_k) == (64, fitted_token_tile(m, 1), split)
+    assert ceil_div(n, 64) * split <= H200_SMS
+    assert not choose_config("sm90", m, 11008, 4096, 1, H200_SMS, can_swap=True).swap_ab
+    assert not choose_config("sm90", m, n, k, 1, H200_SMS, can_swap=False).swap_ab
+    # Below FITTED_SWAP_MIN_M the swaps keep the 16- and 32-wide tiles.
+    assert choose_config("sm90", 32, n, k, 1, H200_SMS, can_swap=True).tile_n in (16, 32, 64)
+
+
+def test_a_token_box_less_than_half_padding_costs_its_share():
+    """The unswapped tokens' 64-row box: at M = 48 its 16 rows of padding cost a
+    quarter of the flat rate's charge, at M = 1 (63 rows) the flat rate (NOTES
+    section 64)."""
+    k_bytes = 4096 * 2
+    flat = k_bytes * 16 / H200.oob_fill_bytes_per_s
+    assert _zero_fill_seconds(k_bytes, 64, 48, H200, scales_with_share=True) == pytest.approx(flat / 4)
+    assert _zero_fill_seconds(k_bytes, 64, 48, H200) == pytest.approx(flat)
+    assert _zero_fill_seconds(k_bytes, 64, 1, H200, scales_with_share=True) == pytest.approx(
+        k_bytes * 63 / H200.oob_fill_bytes_per_s)
+    assert _zero_fill_seconds(k_bytes, 64, 64, H200, scales_with_share=True) == 0
 
 
 @pytest.mark.parametrize("m, k, width", [(300, 4096, 80), (352, 14336, 96), (440, 8192, 112)])

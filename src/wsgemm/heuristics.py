@@ -197,6 +197,21 @@ SWAP_TWO_TILES_MIN_K_BLOCKS = 32
 SWAP_FOUR_TILES_GAIN = 1.2
 SWAP_FOUR_TILES_MIN_M = 257
 SWAP_FOUR_TILES_MAX_M = 448
+# One token tile fitted to 33-64 tokens (48 or 64 wide) beside 64-row weight tiles, in
+# one wave of whole or split k-loops. The model rated these swaps 1.3-2.2x slower than
+# they ran on an H200 and split unswapped 64-row tiles instead (benchmarks/NOTES.md
+# section 64, results/oob_sweep_swap.json.gz, Qwen2.5 weights at M = 40-56): 56 unsplit
+# 64x48 tiles on a 3584x18944 weight each read ~56 GB/s where the model charges 30,
+# and their token box's 8-16 rows of padding cost little (``_zero_fill_seconds``).
+# Rated so, off the tuned table at M = 36-60 the plans ran 1.049x (single calls) and
+# 1.064x (graph replays) faster than those before, in the geometric mean over 69
+# shapes (results/fitted_swap_ab.json.gz, fitted_swap_ab2.json.gz).
+# With 128-row weight tiles, on weights too tall for one wave of 64-row ones, they
+# ran 2-7 % slower than the plain plans.
+FITTED_SWAP_MIN_M = 33
+FITTED_SWAP_MAX_M = 64
+FITTED_SWAP_HBM_GAIN = 1.9
+FITTED_SWAP_WEIGHT_TILE_M = 64
 # One token tile on tall weight tiles (192 or 256 rows), where those make at most one
 # wave of unsplit k-loops of at least ONE_WAVE_MIN_K_BLOCKS: at 136x28672x4096 cuBLAS
 # runs 256x136 tiles (112 CTAs, one wave), at 176x22016x8192 192x176 (115). Both hold
@@ -437,7 +452,6 @@ def _tile_seconds(m: int, n: int, k_blocks: int, tile_m: int, tile_n: int, model
     a_rate = model.sm_hbm_bytes_per_s if a_from_hbm else l2_rate
     b_rate = model.sm_hbm_bytes_per_s if b_from_hbm else l2_rate
     a_rate, b_rate = (min(rate, in_flight / model.load_latency_s) for rate in (a_rate, b_rate))
-    oob_rows = tile_m + tile_n - a_rows - b_rows
     # Multicast: each CTA of a cluster row issues 1/cluster_n of the shared A tile, and
     # of a cluster column 1/cluster_m of the shared B tile.
     k_bytes = k_blocks * TILE_K * 2
@@ -452,8 +466,27 @@ def _tile_seconds(m: int, n: int, k_blocks: int, tile_m: int, tile_n: int, model
     # (57344-row weights) 2-12 % slower (benchmarks/NOTES.md section 40).
     overlap = paths_overlap and a_from_hbm != b_from_hbm
     loads = max(a_seconds, b_seconds) if overlap else a_seconds + b_seconds
-    loads += k_bytes * oob_rows / model.oob_fill_bytes_per_s
+    # A is padded past its edge only where it holds the tokens (unswapped, M < tile_m).
+    loads += (_zero_fill_seconds(k_bytes, tile_m, a_rows, model, scales_with_share=True)
+              + _zero_fill_seconds(k_bytes, tile_n, b_rows, model))
     return max(mma, loads)
+
+
+def _zero_fill_seconds(k_bytes: int, box_rows: int, real_rows: int, model: ThroughputModel,
+                       scales_with_share: bool = False) -> float:
+    """What zero-filling an operand box's rows past the tensor's edge adds to a work
+    item's loads, at ``model.oob_fill_bytes_per_s``: fitted where the box is all
+    padding but a row (M = 1, unswapped: 64x64 tiles ~1.6x slower than at M = 64).
+    ``scales_with_share``: a box less than half padding costs that rate times its
+    padding's share of the box. Measured on an H200 for the tokens' 64-row box of
+    unswapped tiles: at M = 48 (16 rows of padding) the same plans ran 0-0.7 us slower
+    than at M = 64 over 131-262 KB of padding per tile, where the flat rate charged
+    6.5-13 us and split the k-loops to spread it (benchmarks/NOTES.md section 64)."""
+    padding_rows = box_rows - real_rows
+    seconds = k_bytes * padding_rows / model.oob_fill_bytes_per_s
+    if scales_with_share and 2 * padding_rows < box_rows:
+        seconds *= padding_rows / box_rows
+    return seconds
 
 
 def ranked_sm90_configs(m: int, n: int, k: int, batches: int, sm_count: int, can_swap: bool = False,
@@ -701,6 +734,8 @@ def _swapped_candidates(m, n, k, sm_count, model):
         narrow = []
     min_item_k_blocks = SWAP_TWO_TILES_MIN_K_BLOCKS if m > SWAP_AB_MAX_M else 1
     candidates = list(_candidates(n, m, k, 1, sm_count, (64, 128), tuple(narrow), True, model, min_item_k_blocks))
+    fitted = _one_fitted_token_tile(m, n, k, sm_count, model)  # rated anew where it repeats a plan above
+    candidates = [item for item in candidates if item[1] not in {config for _, config in fitted}] + fitted
     candidates += _four_token_tiles(m, n, k, sm_count, model)
     candidates += _one_token_tile_on_tall_weight_tiles(m, n, k, sm_count, model)
     candidates += _two_token_tiles_on_tall_weight_tiles(m, n, k, sm_count, model)
@@ -733,6 +768,25 @@ def _token_tiles_split_to_fill_one_wave(m, n, k, sm_count, model):
                                split_paths_overlap=True)
     return [(seconds, GemmConfig(tile_m=weight_m, tile_n=token_tile, tile_k=TILE_K, cluster_n=token_tiles,
                                  raster=Raster.ALONG_M, swizzle=1, split_k=split, swap_ab=True))]
+
+
+def _one_fitted_token_tile(m, n, k, sm_count, model):
+    """Swapped candidates of one token tile fitted to ``m`` (``FITTED_SWAP_MIN_M`` to
+    ``FITTED_SWAP_MAX_M`` tokens) beside 64- or 128-row weight tiles in 1x1 clusters,
+    whose tiles and splits make one wave; rated with ``FITTED_SWAP_HBM_GAIN`` times
+    ``model``'s per-SM HBM rate, and their padding (less than half the token box) at
+    the share-scaled rate of :func:`_zero_fill_seconds`."""
+    if not FITTED_SWAP_MIN_M <= m <= FITTED_SWAP_MAX_M:
+        return []
+    token_tile = fitted_token_tile(m, 1)
+    padding_rows = token_tile - m
+    measured = _rates_scaled(model, FITTED_SWAP_HBM_GAIN, "sm_hbm_bytes_per_s")
+    if padding_rows:
+        measured = _rates_scaled(measured, token_tile / padding_rows, "oob_fill_bytes_per_s")
+    slots = resident_clusters(sm_count, 1)
+    return [(seconds, config) for seconds, config in _candidates(n, m, k, 1, sm_count, (FITTED_SWAP_WEIGHT_TILE_M,),
+                                                                   (token_tile,), True, measured)
+            if config.cluster_size == 1 and ceil_div(n, config.tile_m) * config.split_k <= slots]
 
 
 def _four_token_tiles(m, n, k, sm_count, model):
