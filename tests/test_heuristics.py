@@ -673,7 +673,7 @@ def test_one_tile_row_takes_the_width_whose_columns_fill_a_wave(m, n, k, width):
                                             (44, 3584, 18944, 2), (60, 2048, 2048, 1)])
 def test_33_to_64_tokens_swap_into_one_fitted_token_tile(m, n, k, split):
     """One token tile fitted to 33-64 tokens beside 64-row weight tiles, in one wave:
-    1.06-1.36x faster than the plans before at M = 36-60 (NOTES section 64), rated
+    up to 1.36x faster than the plans before at M = 36-60 (NOTES section 64), rated
     with FITTED_SWAP_HBM_GAIN. Where its 64-row tiles need more than a wave
     (11008-row weights and wider) the plain plans stay."""
     chosen = choose_config("sm90", m, n, k, 1, H200_SMS, can_swap=True)

@@ -198,7 +198,7 @@ SWAP_FOUR_TILES_GAIN = 1.2
 SWAP_FOUR_TILES_MIN_M = 257
 SWAP_FOUR_TILES_MAX_M = 448
 # One token tile fitted to 33-64 tokens (48 or 64 wide) beside 64-row weight tiles, in
-# one wave of whole or split k-loops. The model rated these swaps 1.3-2.2x slower than
+# one wave of whole or split k-loops. The model rated these swaps up to 2.2x slower than
 # they ran on an H200 and split unswapped 64-row tiles instead (benchmarks/NOTES.md
 # section 64, results/oob_sweep_swap.json.gz, Qwen2.5 weights at M = 40-56): 56 unsplit
 # 64x48 tiles on a 3584x18944 weight each read ~56 GB/s where the model charges 30,
@@ -772,10 +772,10 @@ def _token_tiles_split_to_fill_one_wave(m, n, k, sm_count, model):
 
 def _one_fitted_token_tile(m, n, k, sm_count, model):
     """Swapped candidates of one token tile fitted to ``m`` (``FITTED_SWAP_MIN_M`` to
-    ``FITTED_SWAP_MAX_M`` tokens) beside 64- or 128-row weight tiles in 1x1 clusters,
-    whose tiles and splits make one wave; rated with ``FITTED_SWAP_HBM_GAIN`` times
-    ``model``'s per-SM HBM rate, and their padding (less than half the token box) at
-    the share-scaled rate of :func:`_zero_fill_seconds`."""
+    ``FITTED_SWAP_MAX_M`` tokens) beside ``FITTED_SWAP_WEIGHT_TILE_M``-row weight tiles
+    in 1x1 clusters, whose tiles and splits make one wave; rated with
+    ``FITTED_SWAP_HBM_GAIN`` times ``model``'s per-SM HBM rate, and their padding (less
+    than half the token box) at the share-scaled rate of :func:`_zero_fill_seconds`."""
     if not FITTED_SWAP_MIN_M <= m <= FITTED_SWAP_MAX_M:
         return []
     token_tile = fitted_token_tile(m, 1)
