@@ -734,8 +734,9 @@ def _swapped_candidates(m, n, k, sm_count, model):
         narrow = []
     min_item_k_blocks = SWAP_TWO_TILES_MIN_K_BLOCKS if m > SWAP_AB_MAX_M else 1
     candidates = list(_candidates(n, m, k, 1, sm_count, (64, 128), tuple(narrow), True, model, min_item_k_blocks))
-    fitted = _one_fitted_token_tile(m, n, k, sm_count, model)  # rated anew where it repeats a plan above
-    candidates = [item for item in candidates if item[1] not in {config for _, config in fitted}] + fitted
+    fitted = _one_fitted_token_tile(m, n, k, sm_count, model)
+    refitted = {config for _, config in fitted}  # plans above that the family rates anew
+    candidates = [item for item in candidates if item[1] not in refitted] + fitted
     candidates += _four_token_tiles(m, n, k, sm_count, model)
     candidates += _one_token_tile_on_tall_weight_tiles(m, n, k, sm_count, model)
     candidates += _two_token_tiles_on_tall_weight_tiles(m, n, k, sm_count, model)
