@@ -30,9 +30,9 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_gemm import environment, gpu_state, results_json  # noqa: E402
+from bench_gemm import TOLERANCE, environment, gpu_state, results_json  # noqa: E402
 from result_files import regenerate_command, write_text  # noqa: E402
-from suite import TOLERANCE, check  # noqa: E402
+from suite import check  # noqa: E402
 
 import wsgemm  # noqa: E402
 import wsgemm.timing  # noqa: E402

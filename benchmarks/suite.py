@@ -34,7 +34,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_gemm import (  # noqa: E402
-    DTYPES, add_flush_option, environment, gpu_state, summarize, time_interleaved, write_results,
+    DTYPES, TOLERANCE, add_flush_option, environment, gpu_state, summarize, time_interleaved, write_results,
 )
 
 import plot  # noqa: E402
@@ -43,7 +43,6 @@ import triton_matmul  # noqa: E402
 import wsgemm  # noqa: E402  (bench_gemm put src/ on the path)
 import wsgemm.timing  # noqa: E402
 
-TOLERANCE = {"bf16": 1e-2, "fp16": 2e-3}  # relative Frobenius error vs fp32, as bench_gemm.py
 IMPLEMENTATIONS = ("wsgemm", "wsgemm-autotune", "torch.matmul", "triton", "quack")
 # Run only when named in --impls: wsgemm with one feature switched on or off, for side-by-side ablations.
 ABLATIONS = ("wsgemm-pdl", "wsgemm-nopdl", "wsgemm-early", "wsgemm-streamk", "wsgemm-nostreamk",

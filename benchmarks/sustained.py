@@ -44,9 +44,9 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import shapes as suites  # noqa: E402
-from bench_gemm import environment, parse_shapes  # noqa: E402
+from bench_gemm import TOLERANCE, environment, parse_shapes  # noqa: E402
 from result_files import regenerate_command  # noqa: E402
-from suite import TOLERANCE, check, default_config_with, make_operands  # noqa: E402
+from suite import check, default_config_with, make_operands  # noqa: E402
 
 import wsgemm  # noqa: E402
 from wsgemm import timing  # noqa: E402
