@@ -37,8 +37,8 @@ PLANS = {  # label: (kernel M, kernel N, tile_m, tile_n, split), swapped plans w
 
 def part1() -> None:
     k_bytes = K * 2
-    flat = heuristics._zero_fill_seconds(k_bytes, 64, M, heuristics.H200)
-    share = heuristics._zero_fill_seconds(k_bytes, 64, M, heuristics.H200, scales_with_share=True)
+    flat = k_bytes * (64 - M) / heuristics.H200.oob_fill_bytes_per_s  # the rate fitted at M = 1
+    share = heuristics._zero_fill_seconds(k_bytes, 64, M, heuristics.H200)
     print(f"The tokens' 64-row box at M = {M}: {64 - M} rows of padding, {(64 - M) * k_bytes // 1024} KiB a tile;")
     print(f"  charged {flat * 1e6:.1f} us at the flat rate, {share * 1e6:.1f} us by its share of the box.\n")
     print("The model's time for each plan (us), the padding charged by its share / at the flat rate:")

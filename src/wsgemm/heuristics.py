@@ -197,6 +197,20 @@ SWAP_TWO_TILES_MIN_K_BLOCKS = 32
 SWAP_FOUR_TILES_GAIN = 1.2
 SWAP_FOUR_TILES_MIN_M = 257
 SWAP_FOUR_TILES_MAX_M = 448
+# The flat zero-fill rate, fitted at M = 1 (63 of 64 rows padding), overcharges boxes
+# that are mostly real rows, and the model split k-loops or declined swaps to spread
+# the charge. On an H200 such a box costs its padding's share of that rate:
+# - unswapped 64-row token boxes at M = 48: the same plans ran 0-0.7 us slower than
+#   at M = 64, where the flat rate charged 6.5-13 us a tile (benchmarks/NOTES.md
+#   section 64);
+# - swapped 16- and 32-wide token boxes at M = 9-30: the plans the share picks (64-row
+#   weight tiles, less split; swaps where plain 64x160-64x256 tiles ran) ran 1.047x
+#   (single calls) and 1.081x (graph replays) faster than the flat rate's over 31
+#   shapes, 18 of them held out; of cuBLAS 0.968x -> 1.046x in graph replays, below
+#   0.9x 8 -> 0 (section 65).
+# Not for wider boxes: at M = 136 the share picked 64x144 token tiles that ran
+# 0.88-1.00x of the flat rate's paired 128x80 ones in graph replays (section 65).
+SHARE_SCALED_FILL_MAX_ROWS = 64
 # One token tile fitted to 33-64 tokens (48 or 64 wide) beside 64-row weight tiles, in
 # one wave of whole or split k-loops. The model rated these swaps up to 2.2x slower than
 # they ran on an H200 and split unswapped 64-row tiles instead (benchmarks/NOTES.md
@@ -466,25 +480,19 @@ def _tile_seconds(m: int, n: int, k_blocks: int, tile_m: int, tile_n: int, model
     # (57344-row weights) 2-12 % slower (benchmarks/NOTES.md section 40).
     overlap = paths_overlap and a_from_hbm != b_from_hbm
     loads = max(a_seconds, b_seconds) if overlap else a_seconds + b_seconds
-    # A is padded past its edge only where it holds the tokens (unswapped, M < tile_m).
-    loads += (_zero_fill_seconds(k_bytes, tile_m, a_rows, model, scales_with_share=True)
-              + _zero_fill_seconds(k_bytes, tile_n, b_rows, model))
+    loads += _zero_fill_seconds(k_bytes, tile_m, a_rows, model) + _zero_fill_seconds(k_bytes, tile_n, b_rows, model)
     return max(mma, loads)
 
 
-def _zero_fill_seconds(k_bytes: int, box_rows: int, real_rows: int, model: ThroughputModel,
-                       scales_with_share: bool = False) -> float:
+def _zero_fill_seconds(k_bytes: int, box_rows: int, real_rows: int, model: ThroughputModel) -> float:
     """What zero-filling an operand box's rows past the tensor's edge adds to a work
     item's loads, at ``model.oob_fill_bytes_per_s``: fitted where the box is all
     padding but a row (M = 1, unswapped: 64x64 tiles ~1.6x slower than at M = 64).
-    ``scales_with_share``: a box less than half padding costs that rate times its
-    padding's share of the box. Measured on an H200 for the tokens' 64-row box of
-    unswapped tiles: at M = 48 (16 rows of padding) the same plans ran 0-0.7 us slower
-    than at M = 64 over 131-262 KB of padding per tile, where the flat rate charged
-    6.5-13 us and split the k-loops to spread it (benchmarks/NOTES.md section 64)."""
+    A box of at most ``SHARE_SCALED_FILL_MAX_ROWS`` rows that is less than half padding
+    costs that rate times its padding's share of the box (see the constant)."""
     padding_rows = box_rows - real_rows
     seconds = k_bytes * padding_rows / model.oob_fill_bytes_per_s
-    if scales_with_share and 2 * padding_rows < box_rows:
+    if 2 * padding_rows < box_rows <= SHARE_SCALED_FILL_MAX_ROWS:
         seconds *= padding_rows / box_rows
     return seconds
 
@@ -775,15 +783,11 @@ def _one_fitted_token_tile(m, n, k, sm_count, model):
     """Swapped candidates of one token tile fitted to ``m`` (``FITTED_SWAP_MIN_M`` to
     ``FITTED_SWAP_MAX_M`` tokens) beside ``FITTED_SWAP_WEIGHT_TILE_M``-row weight tiles
     in 1x1 clusters, whose tiles and splits make one wave; rated with
-    ``FITTED_SWAP_HBM_GAIN`` times ``model``'s per-SM HBM rate, and their padding (less
-    than half the token box) at the share-scaled rate of :func:`_zero_fill_seconds`."""
+    ``FITTED_SWAP_HBM_GAIN`` times ``model``'s per-SM HBM rate."""
     if not FITTED_SWAP_MIN_M <= m <= FITTED_SWAP_MAX_M:
         return []
     token_tile = fitted_token_tile(m, 1)
-    padding_rows = token_tile - m
     measured = _rates_scaled(model, FITTED_SWAP_HBM_GAIN, "sm_hbm_bytes_per_s")
-    if padding_rows:
-        measured = _rates_scaled(measured, token_tile / padding_rows, "oob_fill_bytes_per_s")
     slots = resident_clusters(sm_count, 1)
     return [(seconds, config) for seconds, config in _candidates(n, m, k, 1, sm_count, (FITTED_SWAP_WEIGHT_TILE_M,),
                                                                    (token_tile,), True, measured)
