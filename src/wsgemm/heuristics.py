@@ -211,18 +211,19 @@ SWAP_FOUR_TILES_MAX_M = 448
 # Not for wider boxes: at M = 136 the share picked 64x144 token tiles that ran
 # 0.88-1.00x of the flat rate's paired 128x80 ones in graph replays (section 65).
 SHARE_SCALED_FILL_MAX_ROWS = 64
-# One token tile fitted to 33-64 tokens (48 or 64 wide) beside 64-row weight tiles, in
-# one wave of whole or split k-loops. The model rated these swaps up to 2.2x slower than
-# they ran on an H200 and split unswapped 64-row tiles instead (benchmarks/NOTES.md
-# section 64, results/oob_sweep_swap.json.gz, Qwen2.5 weights at M = 40-56): 56 unsplit
-# 64x48 tiles on a 3584x18944 weight each read ~56 GB/s where the model charges 30,
-# and their token box's 8-16 rows of padding cost little (``_zero_fill_seconds``).
-# Rated so, off the tuned table at M = 36-60 the plans ran 1.049x (single calls) and
-# 1.064x (graph replays) faster than those before, in the geometric mean over 69
-# shapes (results/fitted_swap_ab.json.gz, fitted_swap_ab2.json.gz).
+# One token tile fitted to the tokens (16, 32, 48 or 64 wide) beside 64-row weight
+# tiles, in one wave of whole or split k-loops. The model rated these swaps up to 2.2x
+# slower than they ran on an H200: 56 unsplit 64x48 tiles on a 3584x18944 weight each
+# read ~56 GB/s where the model charges 30 (benchmarks/NOTES.md section 64,
+# results/oob_sweep_swap.json.gz). Rated so:
+# - at M = 33-64 it displaced split unswapped 64-row tiles: off the tuned table at
+#   M = 36-60, 1.049x (single calls) and 1.064x (graph replays) faster than the plans
+#   before over 69 shapes (results/fitted_swap_ab.json.gz, fitted_swap_ab2.json.gz);
+# - at M = 1-32 it displaced 128-row weight tiles split 2-4 ways and splits of 64-row
+#   ones: 1.051x and 1.062x over 31 shapes on 14 weights, 0.96-0.98x on 1024x4096
+#   (section 66, results/fitted_from_1_ab.json).
 # With 128-row weight tiles, on weights too tall for one wave of 64-row ones, they
 # ran 2-7 % slower than the plain plans.
-FITTED_SWAP_MIN_M = 33
 FITTED_SWAP_MAX_M = 64
 FITTED_SWAP_HBM_GAIN = 1.9
 FITTED_SWAP_WEIGHT_TILE_M = 64
@@ -780,11 +781,11 @@ def _token_tiles_split_to_fill_one_wave(m, n, k, sm_count, model):
 
 
 def _one_fitted_token_tile(m, n, k, sm_count, model):
-    """Swapped candidates of one token tile fitted to ``m`` (``FITTED_SWAP_MIN_M`` to
-    ``FITTED_SWAP_MAX_M`` tokens) beside ``FITTED_SWAP_WEIGHT_TILE_M``-row weight tiles
+    """Swapped candidates of one token tile fitted to ``m`` (up to ``FITTED_SWAP_MAX_M``
+    tokens) beside ``FITTED_SWAP_WEIGHT_TILE_M``-row weight tiles
     in 1x1 clusters, whose tiles and splits make one wave; rated with
     ``FITTED_SWAP_HBM_GAIN`` times ``model``'s per-SM HBM rate."""
-    if not FITTED_SWAP_MIN_M <= m <= FITTED_SWAP_MAX_M:
+    if m > FITTED_SWAP_MAX_M:
         return []
     token_tile = fitted_token_tile(m, 1)
     measured = _rates_scaled(model, FITTED_SWAP_HBM_GAIN, "sm_hbm_bytes_per_s")
