@@ -217,8 +217,9 @@ def render_plot(report: dict, path: Path) -> None:
 
     rows, impls = report["rows"], implementations(report)
     x = list(range(len(rows)))
-    # Wide enough for a label per shape, small enough (dpi 80) to stay well under 100 KB.
-    fig, (top, bottom) = plt.subplots(2, 1, sharex=True, figsize=(min(16, 5 + 0.16 * len(rows)), 7),
+    # Wide enough for a label per shape, small enough (dpi 80, 5.5 in tall) to stay well
+    # under 100 KB: the tree's 2 MiB limit holds every committed plot.
+    fig, (top, bottom) = plt.subplots(2, 1, sharex=True, figsize=(min(16, 5 + 0.16 * len(rows)), 5.5),
                                       gridspec_kw={"height_ratios": [3, 2]})
     style = {"marker": "o", "markersize": 3, "linewidth": 1}
     timed = []
