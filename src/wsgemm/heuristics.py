@@ -782,9 +782,9 @@ def _token_tiles_split_to_fill_one_wave(m, n, k, sm_count, model):
 
 def _one_fitted_token_tile(m, n, k, sm_count, model):
     """Swapped candidates of one token tile fitted to ``m`` (up to ``FITTED_SWAP_MAX_M``
-    tokens) beside ``FITTED_SWAP_WEIGHT_TILE_M``-row weight tiles
-    in 1x1 clusters, whose tiles and splits make one wave; rated with
-    ``FITTED_SWAP_HBM_GAIN`` times ``model``'s per-SM HBM rate."""
+    tokens) beside ``FITTED_SWAP_WEIGHT_TILE_M``-row weight tiles in 1x1 clusters, whose
+    tiles and splits make one wave; rated with ``FITTED_SWAP_HBM_GAIN`` times
+    ``model``'s per-SM HBM rate."""
     if m > FITTED_SWAP_MAX_M:
         return []
     token_tile = fitted_token_tile(m, 1)
