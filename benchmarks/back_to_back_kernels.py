@@ -27,7 +27,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_gemm import environment, kernel_spans  # noqa: E402
+from bench_gemm import environment, kernel_spans, within_tolerance  # noqa: E402
 from result_files import regenerate_command  # noqa: E402
 
 import wsgemm  # noqa: E402
@@ -46,7 +46,7 @@ def checked_output(package, a, b, config) -> torch.Tensor:
     d = package.gemm(a, b, config=config)
     ref = a.float() @ b.float()
     error = wsgemm.timing.relative_error(d, ref)
-    if not error < 1e-2:
+    if not within_tolerance(error):
         raise SystemExit(f"{package.__name__} {config.short()}: wrong result (relative error {error:.2e})")
     return d
 

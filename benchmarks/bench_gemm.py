@@ -38,6 +38,11 @@ DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 TOLERANCE = {"bf16": 1e-2, "fp16": 2e-3}
 
 
+def within_tolerance(error: float, dtype_name: str = "bf16") -> bool:
+    """Whether an output with this relative error is correct; a NaN error is not."""
+    return error < TOLERANCE[dtype_name]
+
+
 # Significant digits a results file keeps of each float: run-to-run noise on the GPU
 # is ~1 %, so more digits only make the committed files (and the tree) larger.
 RESULT_DIGITS = 5
@@ -161,7 +166,7 @@ def bench_case(m, n, k, dtype_name, reps, warmup, flush, config=None) -> dict:
     for name, fn in impls.items():
         d = fn()
         err = wsgemm.timing.relative_error(d, ref)
-        ok = err < TOLERANCE[dtype_name]
+        ok = within_tolerance(err, dtype_name)
         row["results"][name] = {"rel_error": err, "correct": ok}
         if ok:
             good[name] = fn

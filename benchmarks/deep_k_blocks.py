@@ -25,7 +25,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_gemm import TOLERANCE, environment, gpu_state, write_results  # noqa: E402
+from bench_gemm import environment, gpu_state, within_tolerance, write_results  # noqa: E402
 from result_files import regenerate_command  # noqa: E402
 
 import wsgemm  # noqa: E402
@@ -57,7 +57,7 @@ def bench_shape(m: int, n: int, k: int, reps: int, flush) -> dict:
     calls.update({name: (lambda c: lambda x, y: wsgemm.gemm(x, y, config=c))(c) for name, c in configs.items()})
     reference = a.float() @ b.float()
     errors = {name: wsgemm.timing.relative_error(call(a, b), reference) for name, call in calls.items()}
-    wrong = sorted(name for name, error in errors.items() if error > TOLERANCE["bf16"])
+    wrong = sorted(name for name, error in errors.items() if not within_tolerance(error))
     timed = {name: call for name, call in calls.items() if name not in wrong}
     single = wsgemm.timing.time_in_turns({name: (lambda f: lambda: f(a, b))(f) for name, f in timed.items()},
                                          reps, flush.evict)

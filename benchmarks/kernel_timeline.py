@@ -45,7 +45,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_gemm import add_flush_option, environment, gpu_state, kernel_spans  # noqa: E402
+from bench_gemm import add_flush_option, environment, gpu_state, kernel_spans, within_tolerance  # noqa: E402
 from result_files import regenerate_command  # noqa: E402
 
 import cutlass  # noqa: E402
@@ -247,7 +247,7 @@ def run_case(text: str, runs: int, flush: wsgemm.timing.L2Flush, back_to_back: i
     traced()
     ref = a.float() @ b.float()
     rel_error = wsgemm.timing.relative_error(d, ref)
-    if not rel_error < 1e-2:
+    if not within_tolerance(rel_error):
         raise SystemExit(f"{text}: traced kernel is wrong (relative error {rel_error:.2e})")
     reset = scratch.zero_
     if back_to_back:

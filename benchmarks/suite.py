@@ -34,7 +34,8 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_gemm import (  # noqa: E402
-    DTYPES, TOLERANCE, add_flush_option, environment, gpu_state, summarize, time_interleaved, write_results,
+    DTYPES, TOLERANCE, add_flush_option, environment, gpu_state, summarize, time_interleaved, within_tolerance,
+    write_results,
 )
 
 import plot  # noqa: E402
@@ -227,7 +228,7 @@ def time_graphs(good: dict, problem, operands, args, flush) -> tuple[dict, dict]
     per_replay = time_interleaved({name: g.replay for name, g in graphs.items()}, args.reps, flush.evict)
     for name in list(per_replay):
         err = replay_error(outputs[name], operands)
-        if not err < TOLERANCE[args.dtype]:  # also NaN
+        if not within_tolerance(err, args.dtype):
             errors[name] = f"graph replays computed a wrong result (relative error {err:.2e}); not timed"
             del per_replay[name]
     timed = {name: summarize([ms / args.graph_calls for ms in runs], problem.flops)

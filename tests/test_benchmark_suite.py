@@ -261,6 +261,14 @@ def test_datasheet_peak_by_gpu_name(suite):
     assert suite.datasheet_peak("NVIDIA A100-SXM4-80GB") == (None, None)
 
 
+def test_an_output_is_correct_only_below_its_dtypes_tolerance(suite):
+    """Every script's check: a NaN error (a NaN in the output) is wrong, not timed."""
+    assert suite.within_tolerance(0.004) and suite.within_tolerance(0.004, "bf16")
+    assert not suite.within_tolerance(0.004, "fp16")  # fp16 keeps 3 more mantissa bits
+    assert not suite.within_tolerance(0.01) and not suite.within_tolerance(math.nan)
+    assert not suite.within_tolerance(math.inf, "fp16")
+
+
 def test_arguments(suite):
     args = suite.parse_args(["--suite", "llm", "--suite", "decode"])
     assert args.name == "suite_llm_decode" and args.reps == 30 and args.graph == "auto"
