@@ -427,18 +427,29 @@ def estimate_seconds(m: int, n: int, k: int, batches: int, sm_count: int, tile_m
                                      paths_overlap=units <= slots if split_k == 1
                                      else split_paths_overlap and work_items <= slots)
     busiest_sm = (units - tail) // slots * tile_seconds(k_blocks)
+    after_stream = 0.0
     if tail:
         split_blocks = ceil_div(k_blocks, split_k)
         busiest_sm += ceil_div(tail * split_k, slots) * tile_seconds(split_blocks)
         # The last split stores nothing until it has read the others' fp32 tiles; the
         # others' stores run alongside.
-        busiest_sm += (split_k * tile_m * tile_n * 4 / model.sm_l2_bytes_per_s + model.split_fixup_s
-                       + (split_k - 2) * model.split_fixup_per_extra_split_s)
+        fixup = split_k * tile_m * tile_n * 4 / model.sm_l2_bytes_per_s + model.split_fixup_s
+        busiest_sm += (split_k - 2) * model.split_fixup_per_extra_split_s
+        if split_k == 2 and (m <= tile_m or n <= tile_n):
+            # One tile of tokens in two splits: the splits stream the weight once, and
+            # where HBM, not the SMs, sets that stream's pace, the fix-up still waits for
+            # its last loads, so it follows the HBM time too. On weights of 48-64 tiles
+            # of 64 rows the unsplit swap ran 1.10x faster than split 2 (benchmarks/
+            # NOTES.md section 67). Not past two splits: on 32-40 tiles, 3 and 4 splits
+            # still ran 2-9 % faster than one split fewer, which this charge would pick.
+            after_stream = fixup
+        else:
+            busiest_sm += fixup
     elif units % slots:
         busiest_sm += tile_seconds(k_blocks)
     partial_bytes = (split_k - 1) * tail * cluster * tile_m * tile_n * 4 * 2  # written, then read back
     hbm = ((m * k + k * n) * 2 * batches + partial_bytes) / model.hbm_bytes_per_s
-    return max(busiest_sm, hbm)
+    return max(busiest_sm, hbm) + after_stream
 
 
 def _tile_seconds(m: int, n: int, k_blocks: int, tile_m: int, tile_n: int, model: ThroughputModel,
