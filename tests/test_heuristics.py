@@ -5,6 +5,7 @@ import pytest
 from wsgemm import config as cfg
 from wsgemm.heuristics import (
     BAND_CLUSTERS,
+    FITTED_SWAP_HBM_GAIN,
     H200,
     ONE_WAVE_MIN_K_BLOCKS,
     PLAIN_TILE_N,
@@ -127,6 +128,24 @@ def test_splits_past_two_are_taken_only_where_they_pay_their_fix_up():
     # Two tile rows pair along M, reading each weight tile once: 1x2 there ran 0.92x.
     two_rows = choose_config("sm90", 256, 2048, 8192, 1, H200_SMS)
     assert (two_rows.tile_m, two_rows.cluster_m, two_rows.cluster_n) == (128, 2, 1)
+
+
+def test_two_splits_of_one_token_tile_pay_their_fix_up_after_the_hbm_paced_stream():
+    """Where HBM, not the SMs, paces the stream of the weight, the last of two splits
+    still waits for its loads before its fix-up: on weights of 48-64 tiles of 64 rows
+    the unsplit swap ran 1.10x faster than split 2 on an H200 (NOTES section 67)."""
+    # Swapped (the weight along the kernel's M), 16 tokens in one tile, at the fitted
+    # family's per-SM rate: 112 split CTAs would stream faster than HBM delivers.
+    args = (3584, 16, 3584, 1, H200_SMS, 64, 16)
+    fitted = dataclasses.replace(H200, sm_hbm_bytes_per_s=FITTED_SWAP_HBM_GAIN * H200.sm_hbm_bytes_per_s)
+    hbm_seconds = (3584 * 3584 + 16 * 3584) * 2 / H200.hbm_bytes_per_s
+    assert estimate_seconds(*args, 2, fitted) > hbm_seconds + fitted.split_fixup_s
+    assert estimate_seconds(*args, 2, fitted) > estimate_seconds(*args, 1, fitted)  # 10.0 and 8.0 us; ran 9.9, 8.6
+    for m, n, k in ((16, 3584, 3584), (12, 3072, 4096), (24, 4096, 8192)):
+        assert choose_config("sm90", m, n, k, 1, H200_SMS, can_swap=True).split_k == 1, (m, n, k)
+    # Past two splits the charge stays inside the SMs' time: on 32-40 weight tiles
+    # three and four splits ran 2-9 % faster than one split fewer.
+    assert choose_config("sm90", 4, 2560, 2560, 1, H200_SMS, can_swap=True).split_k == 3
 
 
 def test_short_k_is_not_split():
