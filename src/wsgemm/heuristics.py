@@ -211,6 +211,16 @@ SWAP_FOUR_TILES_MAX_M = 448
 # Not for wider boxes: at M = 136 the share picked 64x144 token tiles that ran
 # 0.88-1.00x of the flat rate's paired 128x80 ones in graph replays (section 65).
 SHARE_SCALED_FILL_MAX_ROWS = 64
+# ... and a token box of at most 16 rows costs nothing in one wave of unsplit tiles of
+# 64 weight rows: the Llama suites' swapped 64x16 plans ran M = 1, 2, 4, 8 and 16
+# within 1 % of each other (benchmarks/NOTES.md section 68), where the flat rate
+# charged ~5 us a tile at M = 1 and the model split 2048-5120-row weights at M = 1-8;
+# unsplit, 19 such shapes ran 1.055x (single calls) and 1.121x (graph replays) faster.
+# Kept elsewhere, as free there it picked plans that ran 0.93-0.99x: 3 splits for 4 on
+# 1024-2048-row weights (the charge stands in for what splitting short streams saves)
+# and several waves of 64x16 tiles on 27648- and 57344-row weights; 128x16 unsplit
+# tiles on 11008-12288-row weights it would pick are unmeasured.
+FREE_FILL_MAX_ROWS = 16
 # One token tile fitted to the tokens (16, 32, 48 or 64 wide) beside 64-row weight
 # tiles, in one wave of whole or split k-loops. The model rated these swaps up to 2.2x
 # slower than they ran on an H200: 56 unsplit 64x48 tiles on a 3584x18944 weight each
@@ -425,7 +435,8 @@ def estimate_seconds(m: int, n: int, k: int, batches: int, sm_count: int, tile_m
                                      cluster_m=cluster_m, cluster_n=cluster_n,
                                      resident_ctas=min(work_items, slots) * cluster if shares_l2 else None,
                                      paths_overlap=units <= slots if split_k == 1
-                                     else split_paths_overlap and work_items <= slots)
+                                     else split_paths_overlap and work_items <= slots,
+                                     narrow_fill_free=split_k == 1 and units <= slots and max(tile_m, tile_n) == 64)
     busiest_sm = (units - tail) // slots * tile_seconds(k_blocks)
     after_stream = 0.0
     if tail:
@@ -454,12 +465,14 @@ def estimate_seconds(m: int, n: int, k: int, batches: int, sm_count: int, tile_m
 
 def _tile_seconds(m: int, n: int, k_blocks: int, tile_m: int, tile_n: int, model: ThroughputModel,
                   cluster_m: int = 1, cluster_n: int = 1, resident_ctas: int | None = None,
-                  paths_overlap: bool = True) -> float:
+                  paths_overlap: bool = True, narrow_fill_free: bool = False) -> float:
     """One work item of ``k_blocks`` k-blocks: bound by its MMAs or its operand loads.
     ``resident_ctas``: in one wave of a long k-loop (or any wave of 64-row tiles), the
     CTAs that share L2's bandwidth with this one (``ONE_WAVE_MIN_K_BLOCKS``); ``None``:
     it reads at its port's rate. ``paths_overlap``: an operand from HBM and one from
-    L2 load side by side, not one after the other (see ``loads`` below)."""
+    L2 load side by side, not one after the other (see ``loads`` below).
+    ``narrow_fill_free``: its boxes of at most ``FREE_FILL_MAX_ROWS`` rows cost no
+    zero fill (one wave of unsplit tiles 64 by 16 rows; see the constant)."""
     k_elems = k_blocks * TILE_K
     efficiency = mma_efficiency(tile_m, tile_n)
     if resident_ctas is not None and tile_m == 64 and tile_n >= 64 and k_blocks >= ONE_WAVE_MIN_K_BLOCKS:
@@ -492,7 +505,9 @@ def _tile_seconds(m: int, n: int, k_blocks: int, tile_m: int, tile_n: int, model
     # (57344-row weights) 2-12 % slower (benchmarks/NOTES.md section 40).
     overlap = paths_overlap and a_from_hbm != b_from_hbm
     loads = max(a_seconds, b_seconds) if overlap else a_seconds + b_seconds
-    loads += _zero_fill_seconds(k_bytes, tile_m, a_rows, model) + _zero_fill_seconds(k_bytes, tile_n, b_rows, model)
+    for box_rows, real_rows in ((tile_m, a_rows), (tile_n, b_rows)):
+        if not (narrow_fill_free and box_rows <= FREE_FILL_MAX_ROWS):
+            loads += _zero_fill_seconds(k_bytes, box_rows, real_rows, model)
     return max(mma, loads)
 
 
