@@ -1130,3 +1130,14 @@ def test_compiled_decode_ratios_pair_the_loops_of_each_round():
     ours = {"median_us": 500.0, "loops_us": [250.0, 500.0, 250.0, 750.0, 500.0]}
     assert decode.paired_ratio(ours, theirs) == pytest.approx(1.2)
     assert decode.paired_ratio({"median_us": 250.0}, {"median_us": 300.0}) == pytest.approx(1.2)  # older reports
+
+
+def test_plan_diff_groups_changed_plans_by_weight_with_token_ranges():
+    diff = load("plan_diff")
+    assert (len(diff.shape_set("sweep")), len(diff.shape_set("held-out"))) == (3510, 4032)  # NOTES' counts
+    before = {(m, 3584, 3584): "split2" for m in (1, 2, 3, 9)} | {(1, 4096, 4096): "unsplit"}
+    after = dict(before) | {(1, 3584, 3584): "unsplit", (2, 3584, 3584): "unsplit", (9, 3584, 3584): "unsplit"}
+    assert diff.grouped_changes(before, after) == {(3584, 3584, "split2", "unsplit"): [1, 2, 9]}
+    assert diff.token_ranges([1, 2, 3, 7, 9, 10]) == "1-3, 7, 9-10"
+    the_same = diff.planned(pytest.importorskip("wsgemm"), [(1, 3584, 3584)])
+    assert the_same[1, 3584, 3584].startswith("swap ")
