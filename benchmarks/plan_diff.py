@@ -6,6 +6,7 @@ costs GPU time (the "N of 3510 plans change" counts of benchmarks/NOTES.md).
     PYTHONPATH=/tmp/base python benchmarks/plan_diff.py                 # 3510 sweep shapes
     PYTHONPATH=/tmp/base python benchmarks/plan_diff.py --set held-out  # 4032 more
     PYTHONPATH=/tmp/base python benchmarks/plan_diff.py --set suites
+    PYTHONPATH=/tmp/base python benchmarks/plan_diff.py --sample 3   # + shapes for an A/B
 
 Plans are those an H200 (132 SMs, sm90) would launch for ``A @ W.t()`` (bf16, an
 ``nn.Linear`` weight), planned on meta tensors; changes are printed by weight (N x K)
@@ -78,9 +79,22 @@ def token_ranges(tokens: list[int]) -> str:
     return ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in runs)
 
 
+def ab_sample(changes: dict[tuple, list[int]], per_group: int) -> list[str]:
+    """Up to ``per_group`` token counts of each change, spread over its range, as
+    ``MxNxK`` for ``sweep_configs.py --shapes``."""
+    picked = []
+    for (n, k, _, _), tokens in changes.items():
+        step = max(1, (len(tokens) - 1) / max(1, per_group - 1))
+        picked += [f"{m}x{n}x{k}" for m in dict.fromkeys(tokens[round(i * step)] for i in range(per_group)
+                                                         if round(i * step) < len(tokens))]
+    return picked
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--set", choices=("sweep", "held-out", "suites"), default="sweep")
+    p.add_argument("--sample", type=int, default=0, metavar="N",
+                   help="also print up to N shapes of each change for an A/B (sweep_configs.py --shapes)")
     args = p.parse_args(argv)
     try:
         import wsgemm_base
@@ -95,6 +109,8 @@ def main(argv=None) -> int:
     print(f"{sum(map(len, changes.values()))} of {len(problems)} plans change ({args.set}; base {base})")
     for (n, k, before, after), tokens in changes.items():
         print(f"  {n}x{k} M = {token_ranges(tokens)}: {before} -> {after}")
+    if args.sample:
+        print("--shapes " + ",".join(ab_sample(changes, args.sample)))
     return 0
 
 

@@ -1139,5 +1139,7 @@ def test_plan_diff_groups_changed_plans_by_weight_with_token_ranges():
     after = dict(before) | {(1, 3584, 3584): "unsplit", (2, 3584, 3584): "unsplit", (9, 3584, 3584): "unsplit"}
     assert diff.grouped_changes(before, after) == {(3584, 3584, "split2", "unsplit"): [1, 2, 9]}
     assert diff.token_ranges([1, 2, 3, 7, 9, 10]) == "1-3, 7, 9-10"
+    spread = {(3584, 3584, "a", "b"): [1, 2, 3, 4, 5, 6, 7, 8, 9], (2048, 4096, "c", "d"): [16]}
+    assert diff.ab_sample(spread, 3) == ["1x3584x3584", "5x3584x3584", "9x3584x3584", "16x2048x4096"]
     the_same = diff.planned(pytest.importorskip("wsgemm"), [(1, 3584, 3584)])
     assert the_same[1, 3584, 3584].startswith("swap ")
