@@ -505,18 +505,22 @@ def _tile_seconds(m: int, n: int, k_blocks: int, tile_m: int, tile_n: int, model
     # (57344-row weights) 2-12 % slower (benchmarks/NOTES.md section 40).
     overlap = paths_overlap and a_from_hbm != b_from_hbm
     loads = max(a_seconds, b_seconds) if overlap else a_seconds + b_seconds
-    for box_rows, real_rows in ((tile_m, a_rows), (tile_n, b_rows)):
-        if not (narrow_fill_free and box_rows <= FREE_FILL_MAX_ROWS):
-            loads += _zero_fill_seconds(k_bytes, box_rows, real_rows, model)
+    loads += (_zero_fill_seconds(k_bytes, tile_m, a_rows, model, narrow_fill_free)
+              + _zero_fill_seconds(k_bytes, tile_n, b_rows, model, narrow_fill_free))
     return max(mma, loads)
 
 
-def _zero_fill_seconds(k_bytes: int, box_rows: int, real_rows: int, model: ThroughputModel) -> float:
+def _zero_fill_seconds(k_bytes: int, box_rows: int, real_rows: int, model: ThroughputModel,
+                       narrow_fill_free: bool = False) -> float:
     """What zero-filling an operand box's rows past the tensor's edge adds to a work
     item's loads, at ``model.oob_fill_bytes_per_s``: fitted where the box is all
     padding but a row (M = 1, unswapped: 64x64 tiles ~1.6x slower than at M = 64).
     A box of at most ``SHARE_SCALED_FILL_MAX_ROWS`` rows that is less than half padding
-    costs that rate times its padding's share of the box (see the constant)."""
+    costs that rate times its padding's share of the box, and with ``narrow_fill_free``
+    (one wave of unsplit 64-row tiles) one of at most ``FREE_FILL_MAX_ROWS`` rows costs
+    nothing (see the constants)."""
+    if narrow_fill_free and box_rows <= FREE_FILL_MAX_ROWS:
+        return 0.0
     padding_rows = box_rows - real_rows
     seconds = k_bytes * padding_rows / model.oob_fill_bytes_per_s
     if 2 * padding_rows < box_rows <= SHARE_SCALED_FILL_MAX_ROWS:
