@@ -55,8 +55,8 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_gemm import (DTYPES, TOLERANCE, cuda_kernel_events, environment, gpu_state, parse_shapes,  # noqa: E402
-                        summarize, time_interleaved)
+from bench_gemm import (DTYPES, cuda_kernel_events, environment, gpu_state, parse_shapes,  # noqa: E402
+                        summarize, time_interleaved, within_tolerance)
 
 from suite import baseline_gemm, default_config_with, wsgemm_config  # noqa: E402
 
@@ -195,11 +195,6 @@ def cublas_kernels(fn) -> list[str]:
     return sorted({e.name for e in cuda_kernel_events(fn)})
 
 
-# A config's output further from the float32 reference than this is wrong (bf16's bound,
-# whatever --dtype: fp16 outputs are held to it too).
-MAX_RELATIVE_ERROR = TOLERANCE["bf16"]
-
-
 def sweep_shape(m, n, k, dtype, candidates, reps, flush, weight_layout, graph: bool = False,
                 time_wrong: bool = False) -> dict:
     a = torch.randn(m, k, device="cuda").to(dtype)
@@ -215,9 +210,11 @@ def sweep_shape(m, n, k, dtype, candidates, reps, flush, weight_layout, graph: b
             skipped[label] = str(exc)
             continue
         errors[label] = wsgemm.timing.relative_error(d, ref)
-        if errors[label] < MAX_RELATIVE_ERROR or time_wrong:
+        # bf16's bound whatever --dtype: fp16 outputs are held to it too.
+        correct = within_tolerance(errors[label])
+        if correct or time_wrong:
             calls[label] = call
-        if errors[label] >= MAX_RELATIVE_ERROR:
+        if not correct:
             print(f"  {label}: WRONG (rel error {errors[label]:.2e}), " + ("timed anyway" if time_wrong else "not timed"),
                   flush=True)
     flops = 2.0 * m * n * k
@@ -242,7 +239,8 @@ def compact(result: dict) -> dict:
             "skipped": sorted(result["skipped"]),
             "us": {label: [round(r[key] * 1e3, 2) for key in ("median_ms", "p10_ms", "p90_ms")]
                    for label, r in ordered}}
-    wrong = sorted(label for label, r in ordered if (r.get("rel_error") or 0) >= MAX_RELATIVE_ERROR)
+    wrong = sorted(label for label, r in ordered if r.get("rel_error") is not None
+                   and not within_tolerance(r["rel_error"]))
     if wrong:  # timed with --time-wrong
         kept["wrong"] = wrong
     if any("graph_ms" in r for _, r in ordered):
