@@ -3,6 +3,7 @@ import dataclasses
 import pytest
 
 from wsgemm import config as cfg
+from wsgemm import heuristics
 from wsgemm.heuristics import (
     BAND_CLUSTERS,
     FITTED_SWAP_HBM_GAIN,
@@ -162,6 +163,25 @@ def test_a_narrow_token_box_zero_fills_for_free_in_one_wave_of_unsplit_64_row_ti
     # Split work items keep the charge: free there, 1024-2048-row weights went from 4
     # splits to 3, which ran 2-7 % slower.
     assert choose_config("sm90", 8, 1024, 4096, 1, H200_SMS, can_swap=True).split_k == 4
+
+
+def test_a_last_partial_wave_pulls_less_than_hbm_full_rate(monkeypatch):
+    """Over several waves of an HBM-paced stream, a last wave holding a share f of the
+    slots took about (1 + f) / 2 of a full wave's time on an H200: 64x224 tiles in 2.6
+    waves ran 1.05-1.10x slower than 64x192 tiles in three full ones, which the model
+    had tied at the HBM time (NOTES section 69)."""
+    args = (128, 37888, 3584, 1, H200_SMS)
+    hbm_seconds = (128 * 3584 + 3584 * 37888) * 2 / H200.hbm_bytes_per_s
+    three_full_waves = estimate_seconds(*args, 64, 192, cluster_m=2)  # 198 pairs of 66 slots
+    assert three_full_waves == pytest.approx(hbm_seconds)
+    waves = 170 / 66  # 64x224 tiles: 170 pairs
+    drain = hbm_seconds / waves * (1 - 38 / 66) / 2
+    assert estimate_seconds(*args, 64, 224, cluster_m=2) == pytest.approx(hbm_seconds + drain)
+    chosen = choose_config("sm90", *args, can_swap=True)
+    assert (chosen.tile_m, chosen.tile_n, chosen.cluster_m) == (64, 192, 2)
+    # One partial wave is not charged: its per-SM rates price its fewer CTAs already.
+    monkeypatch.setattr(heuristics, "_last_wave_drain_seconds", lambda *args: pytest.fail("charged"))
+    estimate_seconds(128, 8192, 3584, 1, H200_SMS, 64, 192, cluster_m=2)  # 43 pairs
 
 
 def test_short_k_is_not_split():

@@ -418,7 +418,8 @@ def estimate_seconds(m: int, n: int, k: int, batches: int, sm_count: int, tile_m
     CTAs resident at once share L2's bandwidth (``ThroughputModel.l2_bytes_per_s``).
     ``split_paths_overlap``: split work items, too, load an operand from HBM and one
     from L2 side by side (``_tile_seconds``), as swapped token tiles' do in one wave of
-    splits (``SWAP_SPLIT_FILL_MIN_K_BLOCKS``).
+    splits (``SWAP_SPLIT_FILL_MIN_K_BLOCKS``). Over several waves the HBM time grows by
+    what the last partial wave's fewer CTAs leave unpulled (``_last_wave_drain_seconds``).
     """
     cluster = cluster_m * cluster_n
     units = ceil_div(ceil_div(m, tile_m), cluster_m) * ceil_div(ceil_div(n, tile_n), cluster_n) * batches
@@ -460,7 +461,23 @@ def estimate_seconds(m: int, n: int, k: int, batches: int, sm_count: int, tile_m
         busiest_sm += tile_seconds(k_blocks)
     partial_bytes = (split_k - 1) * tail * cluster * tile_m * tile_n * 4 * 2  # written, then read back
     hbm = ((m * k + k * n) * 2 * batches + partial_bytes) / model.hbm_bytes_per_s
+    if work_items > slots and work_items % slots:
+        hbm += _last_wave_drain_seconds(hbm, work_items, slots)
     return max(busiest_sm, hbm) + after_stream
+
+
+def _last_wave_drain_seconds(hbm_seconds: float, work_items: int, slots: int) -> float:
+    """What a last partial wave adds to an HBM-paced stream of several waves: its fewer
+    CTAs keep fewer loads in flight, so they pull less than HBM's full rate. Fitted on an
+    H200 (benchmarks/NOTES.md section 69) over 1.7-3.6 waves of 64-row tiles at M = 128
+    on 28672- and 37888-row weights: a last wave holding a share ``f`` of the slots took
+    about (1 + f) / 2 of a full wave's time, not ``f`` of it. Without this term the
+    model tied those plans at their HBM time, and the widest tile won the tie: 64x224
+    in 2.6 waves ran 1.05-1.10x slower than 64x192 in three full ones. On the 9 shapes
+    whose plan it changes (M = 12-128 on 27648-57344-row weights): 1.067x faster in
+    single calls, 1.055x in graph replays."""
+    share = work_items % slots / slots
+    return hbm_seconds / (work_items / slots) * (1 - share) / 2
 
 
 def _tile_seconds(m: int, n: int, k_blocks: int, tile_m: int, tile_n: int, model: ThroughputModel,
