@@ -18,16 +18,15 @@ Shown four ways, on this machine's CPU with stand-in plans (no GPU needed): the
 lookup, Python key against C++ key; the autograd node, ``autograd.Function`` against
 the C++ node, and what autograd sees of it; a decode plan's launch, what its kernel
 receives and who asks for its workspace; then the H200's numbers for whole calls,
-read from the committed benchmarks/results/host_overhead.json.gz and
-host_overhead_decode.json.gz (benchmarks/NOTES.md sections 28, 57, 59 and 60).
+read from the committed reports host_overhead.json.gz and host_overhead_decode.json.gz
+(in benchmarks/results/archive.tar.xz; benchmarks/NOTES.md sections 28, 57, 59 and 60).
 
 Needs: any machine (a C++ compiler builds the fast path the first time, ~15 s).
 Run:   python examples/13_what_a_call_costs_on_the_host.py
 """
 
-import gzip
-import json
 import statistics
+import sys
 import time
 from pathlib import Path
 
@@ -37,6 +36,8 @@ from wsgemm import api, fast_path
 from wsgemm import ops  # noqa: F401  (importing it gives the fast path its backward)
 
 RESULTS = Path(__file__).resolve().parents[1] / "benchmarks" / "results"
+sys.path.insert(0, str(RESULTS.parent))
+from result_files import load_json  # noqa: E402  (reads reports moved into results/archive.tar.xz too)
 
 
 def microseconds(fn, calls: int = 20000, repeats: int = 5) -> float:
@@ -128,7 +129,7 @@ def the_decode_launch(module) -> None:
 
 def the_h200_numbers() -> None:
     print("4. Whole calls on the H200's host (benchmarks/results/host_overhead.json.gz, 64x64x64, bf16):")
-    rows = json.loads(gzip.decompress((RESULTS / "host_overhead.json.gz").read_bytes()))["rows"]["64x64x64"]
+    rows = load_json(RESULTS / "host_overhead.json.gz")["rows"]["64x64x64"]
     us = {name: row["median_us"] for name, row in rows.items()}
     for call, ours, without, theirs in (
         ("a new result", "wsgemm.gemm(a, w.t())", "wsgemm.gemm(a, w.t()), without the fast path",
@@ -146,7 +147,7 @@ def the_h200_numbers() -> None:
     print(f"   of which the TVM-FFI call (argument checks, TMA descriptors, the launch) "
           f"{us['parts: TVM-FFI kernel call alone']:.2f} us")
     print("   Llama-3 8B's projections at one token (host_overhead_decode.json.gz, another run: compare within a row):")
-    decode = json.loads(gzip.decompress((RESULTS / "host_overhead_decode.json.gz").read_bytes()))["rows"]
+    decode = load_json(RESULTS / "host_overhead_decode.json.gz")["rows"]
     for shape, rows in decode.items():
         us = {name: row["median_us"] for name, row in rows.items()}
         split = next((us[name] for name in us if "fresh workspace per call" in name), None)
