@@ -218,8 +218,9 @@ SHARE_SCALED_FILL_MAX_ROWS = 64
 # unsplit, 19 such shapes ran 1.055x (single calls) and 1.121x (graph replays) faster.
 # Kept elsewhere, as free there it picked plans that ran 0.93-0.99x: 3 splits for 4 on
 # 1024-2048-row weights (the charge stands in for what splitting short streams saves)
-# and several waves of 64x16 tiles on 27648- and 57344-row weights; 128x16 unsplit
-# tiles on 11008-12288-row weights it would pick are unmeasured.
+# and several waves of 64x16 tiles on 27648- and 57344-row weights; unsplit 128x16
+# tiles, which it would pick on 10240-12288-row weights, ran 0.90-0.99x of the split
+# 64x16 ones there (section 69).
 FREE_FILL_MAX_ROWS = 16
 # One token tile fitted to the tokens (16, 32, 48 or 64 wide) beside 64-row weight
 # tiles, in one wave of whole or split k-loops. The model rated these swaps up to 2.2x
