@@ -178,7 +178,7 @@ def test_a_warpgroup_alone_on_its_tile_keeps_one_wgmma_batch_in_flight(config, i
 
 
 def test_a_128_deep_decode_tile_issues_eight_wgmmas_a_k_block_and_announces_its_whole_stage():
-    """The swapped decode tile of heuristics.with_deep_weight_k_blocks: one 64x16
+    """The swapped decode tile of tuning.launch.deep_k_blocks_for_decode: one 64x16
     wgmma per 16 of its 128-deep k-block, two 128 B-swizzled boxes per operand a stage
     (one at 64 deep), and the whole stage (64x128 and 16x128 bf16: 20 KiB) announced
     to the full barrier."""
@@ -210,7 +210,7 @@ def announced_bytes(ptx: str) -> str:
 def test_clustered_producers_announce_per_tile_bytes_and_can_skip_each_copy(config):
     """A cluster pads the tile grid, so a tile may lie wholly past M (or N): the
     producer then skips that operand's box and announces only what it loads
-    (benchmarks/NOTES.md section 26). The byte count is chosen per tile from the whole
+    (docs/tuning-log/packaged-table.md). The byte count is chosen per tile from the whole
     stage and the stage less one box; unclustered kernels announce a constant."""
     spec, compiled = build(config=config)
     assert_core_structure(spec, compiled)
@@ -399,7 +399,7 @@ def test_wgmma_descriptors_are_built_in_uniform_registers(config):
     builds them there: no R2UR (register -> uniform register move) among the wgmmas.
     Derived from the thread index, they took four per wgmma, and the tile's
     accumulators were cleared with CS2R before every tile; the first wgmma now
-    overwrites them instead (benchmarks/NOTES.md section 20)."""
+    overwrites them instead (docs/tuning-log/pingpong.md)."""
     _, compiled = build(config=config)
     sass = disassemble(compiled.cubin_path)
     if sass is None:
@@ -420,8 +420,8 @@ def test_no_division_by_the_ring_depth_in_the_k_loops(config):
     (``SmemRing.next_slot``). Taken from the running count (``count % stages``), a
     ring depth that is not a power of two put a division (``IMAD.HI``, ``LEA.HI``)
     between the wgmmas of every k-block, where ncu sampled "dispatch" stalls
-    (benchmarks/NOTES.md section 21), and 7-8 ``.HI`` instructions into each k-block
-    of the TMA producer (twice its length now; section 24)."""
+    (docs/tuning-log/pingpong.md), and 7-8 ``.HI`` instructions into each k-block
+    of the TMA producer (twice its length now; docs/tuning-log/tile-shapes.md)."""
     _, compiled = build(config=config)
     sass = disassemble(compiled.cubin_path)
     if sass is None:
@@ -444,7 +444,7 @@ def test_no_division_by_the_ring_depth_in_the_k_loops(config):
 ], ids=lambda c: c.short())
 def test_edge_tiles_are_moved_once_per_tile_not_per_k_block(config):
     """The last tile row and column move back to end at the edge
-    (``scheduler.edge_tile_offset``, benchmarks/NOTES.md section 27): each TMA load's
+    (``scheduler.edge_tile_offset``, docs/tuning-log/tile-shapes.md): each TMA load's
     box origin is worked out once per tile, so inside the producer's k-loop only the
     k coordinate of a box changes (K-major operands: ``{k, row}``)."""
     _, compiled = build(config=config)

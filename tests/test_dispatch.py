@@ -25,12 +25,13 @@ def test_other_gpus_get_a_clear_error(cap, name):
 def test_gemm_reports_an_unsupported_gpu(monkeypatch):
     torch = pytest.importorskip("torch")
     import wsgemm.api as api
+    from wsgemm import devices, plans
 
-    def fake_facts(index):
+    def fake_gpu(index):
         raise UnsupportedDeviceError("NVIDIA A100 (compute capability 8.0) is not supported")
 
-    monkeypatch.setattr(api, "_device_facts", fake_facts)
-    monkeypatch.setattr(api, "_check_cuda", lambda name, t: None)
+    monkeypatch.setattr(devices, "gpu", fake_gpu)
+    monkeypatch.setattr(plans, "_check_cuda", lambda name, t: None)
     a = torch.randn(8, 8, dtype=torch.bfloat16)
     with pytest.raises(UnsupportedDeviceError, match="A100"):
         api.gemm(a, a)
@@ -40,9 +41,17 @@ def test_an_unverified_arch_warns_before_its_first_launch(monkeypatch):
     torch = pytest.importorskip("torch")
     from types import SimpleNamespace
 
-    import wsgemm.api as api
+    from wsgemm import devices
 
-    props = SimpleNamespace(major=10, minor=0, name="NVIDIA B200", multi_processor_count=148)
+    props = SimpleNamespace(major=10, minor=0, name="NVIDIA B200", multi_processor_count=148,
+                            L2_cache_size=126 * 2**20)
     monkeypatch.setattr(torch.cuda, "get_device_properties", lambda index: props)
+    # The driver's numbers: SM clock, memory clock (Hz) and bus width (bits); and the
+    # clusters of each size resident at once.
+    monkeypatch.setattr(devices, "_driver_attributes", lambda index: (1.965e9, 4.0e9, 8192))
+    monkeypatch.setattr(devices, "max_active_clusters", lambda index, size, sms=None: sms // size)
     with pytest.warns(RuntimeWarning, match="sm100 kernel has been compiled and statically checked but never run"):
-        assert api._device_facts.__wrapped__(0) == ("sm100", 148, "NVIDIA B200")
+        gpu = devices.gpu.__wrapped__(0)
+    assert (gpu.arch, gpu.sms, gpu.name) == ("sm100", 148, "NVIDIA B200")
+    assert gpu.hbm_peak_bytes_per_s == 2 * 4.0e9 * 8192 / 8 and gpu.l2_bytes == 126 * 2**20
+    assert gpu.clusters(2) == 74

@@ -1,6 +1,10 @@
 """Every example runs: the ones that need no GPU here, the GPU ones either for real (on
 an SM90 GPU) or to their "no GPU" message. Each example says what it needs in a
-``Needs:`` line of its docstring; that line decides how it is run."""
+``Needs:`` line of its docstring; that line decides how it is run.
+
+The examples are one ladder, 01 to 05: the mbarrier ring, the producer's look-ahead,
+a GEMM from PyTorch, reading the compiled kernel, a policy switch on the GPU. The
+tuning case studies that used to follow them are in docs/tuning-log/."""
 
 import ast
 import subprocess

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import wsgemm
-from wsgemm import api, fast_path, ops
+from wsgemm import api, fast_path, ops, plans
 
 
 @pytest.fixture(scope="module")
@@ -31,8 +31,8 @@ def operand(*shape, dtype=torch.bfloat16):
 
 
 def stand_in(run, kernel=None, *, mode="direct", clusters=3, shape=(), dtype=None, workspace_source=None):
-    """A plan for ``api.make_plan`` to return: what ``_remember_plan`` reads of an
-    ``api.Plan``. With a kernel, C++ launches it (modes direct and swap)."""
+    """A plan for ``plans.make_plan`` to return: what ``_remember_plan`` reads of an
+    ``plans.Plan``. With a kernel, C++ launches it (modes direct and swap)."""
     return types.SimpleNamespace(launches_from_cpp=kernel is not None, mode=mode, kernel=kernel, clusters=clusters,
                                  shape=shape, dtype=dtype, run=run, workspace_source=lambda: workspace_source)
 
@@ -53,7 +53,7 @@ def test_lookup_keys_shape_stride_dtype_alignment_and_grad_like_the_python_signa
         "batched": (a.unsqueeze(0), b),
     }
     for why, (x, y) in others.items():
-        assert api._signature(x, y, None, None, None) != api._signature(a, b, None, None, None), why
+        assert plans._signature(x, y, None, None, None) != plans._signature(a, b, None, None, None), why
         assert module.find(x, y) is None, why
 
 
@@ -98,10 +98,10 @@ def test_a_cached_call_skips_the_python_signature_and_runs_the_same_plan(module,
         plans_made.append((tuple(a.shape), tuple(b.shape)))
         return stand_in(lambda a, b, out: torch.matmul(a, b))
 
-    monkeypatch.setattr(api, "make_plan", make_plan)
+    monkeypatch.setattr(plans, "make_plan", make_plan)
     a, b = operand(64, 32, dtype=torch.float32), operand(48, 32, dtype=torch.float32).t()
     torch.testing.assert_close(wsgemm.gemm(a, b), a @ b)
-    monkeypatch.setattr(api, "_signature", lambda *args: pytest.fail("a cached call built the Python key"))
+    monkeypatch.setattr(plans, "_signature", lambda *args: pytest.fail("a cached call built the Python key"))
     monkeypatch.setattr(wsgemm.ops, "gemm_with_autograd", lambda *args: pytest.fail("a cached call left C++"))
     a2 = operand(64, 32, dtype=torch.float32)
     torch.testing.assert_close(wsgemm.gemm(a2, b), a2 @ b)
@@ -137,7 +137,7 @@ def cpu_products(monkeypatch, fresh_plans):
 
         return stand_in(run, kernel, shape=shape, dtype=dtype)
 
-    monkeypatch.setattr(api, "make_plan", make_plan)
+    monkeypatch.setattr(plans, "make_plan", make_plan)
     return products
 
 
@@ -156,7 +156,7 @@ def test_a_cached_direct_plan_is_launched_from_cpp(module, cpu_products, monkeyp
     def failing_kernel(*args):
         raise ValueError("the launch failed")
 
-    plan = next(iter(api._plans.values()))
+    plan = next(iter(plans._plans.values()))
     module.remember(a, w.t(), plan.run, failing_kernel, 3, list(plan.shape), plan.dtype)
     with pytest.raises(ValueError, match="the launch failed"):
         wsgemm.gemm(a, w.t())
@@ -182,7 +182,7 @@ def test_a_cached_swapped_plan_is_launched_from_cpp_with_transposed_views(module
 
         return stand_in(run, kernel, mode="swap", clusters=2, shape=shape, dtype=a.dtype)
 
-    monkeypatch.setattr(api, "make_plan", make_plan)
+    monkeypatch.setattr(plans, "make_plan", make_plan)
     a, w = torch.randn(3, 5, dtype=torch.float64), torch.randn(8, 5, dtype=torch.float64)
     for _ in range(2):
         a.copy_(torch.randn(3, 5, dtype=torch.float64))
@@ -222,7 +222,7 @@ def test_a_cached_split_plan_asks_its_workspace_source_as_an_eager_call_or_the_o
         return stand_in(run, kernel, mode="swap", clusters=2, shape=shape, dtype=a.dtype,
                         workspace_source=workspace_source)
 
-    monkeypatch.setattr(api, "make_plan", make_plan)
+    monkeypatch.setattr(plans, "make_plan", make_plan)
     a, w = torch.randn(3, 5, dtype=torch.float64), torch.randn(8, 5, dtype=torch.float64)
     torch.testing.assert_close(wsgemm.gemm(a, w.t()), a @ w.t())
     torch.testing.assert_close(wsgemm.gemm(a, w.t()), a @ w.t())
@@ -233,7 +233,7 @@ def test_a_cached_split_plan_asks_its_workspace_source_as_an_eager_call_or_the_o
     def bad_source(through_operator):
         return flags
 
-    module.remember(a, w.t(), api._plans[next(iter(api._plans))].run, lambda *args: None, 2, [3, 8], a.dtype,
+    module.remember(a, w.t(), plans._plans[next(iter(plans._plans))].run, lambda *args: None, 2, [3, 8], a.dtype,
                     "", True, bad_source)
     with pytest.raises(RuntimeError, match="returns \\(flags, partials\\)"):
         wsgemm.gemm(a, w.t())
@@ -241,13 +241,13 @@ def test_a_cached_split_plan_asks_its_workspace_source_as_an_eager_call_or_the_o
 
 def test_direct_and_swapped_plans_launch_from_cpp_with_their_workspace_source():
     def plan(mode, workspace):
-        return api.Plan(mode, (1, 8), torch.bfloat16, torch.device("cpu"), workspace=workspace)
+        return plans.Plan(mode, (1, 8), torch.bfloat16, torch.device("cpu"), workspace=workspace)
 
     assert plan("swap", (0, 0)).launches_from_cpp and plan("direct", (52, 53248)).launches_from_cpp
     assert not plan("copy", (0, 0)).launches_from_cpp and not plan("fold", (0, 0)).launches_from_cpp
     assert plan("swap", (0, 0)).workspace_source() is None
     source = plan("swap", (52, 53248)).workspace_source()
-    assert source.func is api.split_k_workspace and source.args == (torch.device("cpu"), 52, 53248)
+    assert source.func is plans.split_k_workspace and source.args == (torch.device("cpu"), 52, 53248)
 
 
 def test_a_promised_call_is_launched_from_cpp_and_refused_where_autograd_records(module, cpu_products,
@@ -256,8 +256,8 @@ def test_a_promised_call_is_launched_from_cpp_and_refused_where_autograd_records
     found and launched in C++, apart from the plain call's plan; with autograd
     recording, the C++ call hands it back to Python, which refuses the promise."""
     promises = []
-    make_plan = api.make_plan
-    monkeypatch.setattr(api, "make_plan", lambda *args: promises.append(args[5]) or make_plan(*args))
+    make_plan = plans.make_plan
+    monkeypatch.setattr(plans, "make_plan", lambda *args: promises.append(args[5]) or make_plan(*args))
     a, w = torch.randn(7, 5, dtype=torch.float64), torch.randn(6, 5, dtype=torch.float64)
     for _ in range(2):
         torch.testing.assert_close(wsgemm.gemm(a, w.t(), read_before_wait="b"), a @ w.t())
@@ -465,7 +465,7 @@ def test_the_operator_runs_other_cached_plans_as_its_own_calls(module, fresh_pla
 
         return stand_in(run, mode="copy")
 
-    monkeypatch.setattr(api, "make_plan", make_plan)
+    monkeypatch.setattr(plans, "make_plan", make_plan)
     a, w = torch.randn(3, 5, dtype=torch.float64), torch.randn(4, 5, dtype=torch.float64)
     for _ in range(2):
         torch.testing.assert_close(ops.gemm_op(a, w.t(), None, ""), a @ w.t())
@@ -494,8 +494,8 @@ def test_without_the_fast_path_the_operators_kernels_are_pythons():
 
     code = (
         "import torch, wsgemm\n"
-        "from wsgemm import api, ops\n"
-        "api.gemm_eager = lambda a, b, out=None, out_dtype=None, config=None, read_before_wait='': a @ b\n"
+        "from wsgemm import ops, plans\n"
+        "plans.gemm_eager = lambda a, b, out=None, out_dtype=None, config=None, read_before_wait='': a @ b\n"
         "a = torch.randn(5, 4, dtype=torch.float64, requires_grad=True)\n"
         "w = torch.randn(4, 3, dtype=torch.float64, requires_grad=True)\n"
         "d = ops.gemm_op(a, w, None, '')\n"
@@ -548,10 +548,10 @@ def test_a_second_process_imports_the_build_without_rebuilding(module, tmp_path)
 
 
 def test_a_second_wsgemm_package_in_the_process_keeps_its_own_plan_cache(module, tmp_path):
-    """The plan cache is a global of the loaded library. benchmarks/baseline.py's
+    """The plan cache is a global of the loaded library. benchmarks/maint/baseline.py's
     ``wsgemm_base`` beside ``wsgemm`` in one process must load its own, or its cached
     calls run the plans ``wsgemm`` remembered for the same operands (an A/B of two
-    default paths then times one of them twice: benchmarks/NOTES.md section 37).
+    default paths then times one of them twice: docs/tuning-log/dependent-launch.md).
     A copy of the package under another name stands in for the exported one."""
     import os
     import shutil

@@ -127,7 +127,7 @@ def test_the_default_plans_promise_of_unwritten_weights_in_eager_calls_and_graph
     chain()
     torch.cuda.synchronize()
     check_chain(x0, ws, outs)
-    plan = wsgemm.api.make_plan(x0, ws[0], outs[0], None, None, "b")
+    plan = wsgemm.plans.make_plan(x0, ws[0], outs[0], None, None, "b")
     assert plan.spec.config.dependent_launch and plan.spec.config.read_before_wait in ("a", "b")
     check_graph_replays(chain, x0, ws, outs)
 

@@ -32,8 +32,9 @@ def poisoned(device):
     del junk
 
 
+# Decode on an H200 (the packaged table): swapped, then swapped with K split in 2 and in 4.
 @pytest.mark.parametrize("m, n, k", [(256, 512, 1024), (1, 4096, 4096), (1, 28672, 4096), (1, 4096, 14336)],
-                         ids=["direct", "swapped", "swapped-split2", "swapped-split4"])
+                         ids=["direct", "decode", "decode-gate-up", "decode-down"])
 def test_calls_on_the_second_gpu_run_there_with_the_first_current(m, n, k):
     """The first call plans (Python), the next ones are cached (the fast path): every
     one computes on cuda:1 while cuda:0 is current, and leaves cuda:0 current."""

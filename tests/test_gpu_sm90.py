@@ -6,6 +6,7 @@ caching allocator NaN-filled memory first), relative Frobenius error bounds per
 output dtype plus a row-wise bound that catches a single wrong tile.
 """
 
+import dataclasses
 import math
 import subprocess
 import sys
@@ -14,7 +15,7 @@ import pytest
 import torch
 
 import wsgemm
-from wsgemm import DeviceError, GemmConfig
+from wsgemm import DeviceError, GemmConfig, tuning
 
 pytestmark = pytest.mark.gpu
 
@@ -71,7 +72,7 @@ def default_path_on_weight(m, n, k):
     """Run the default path on random (m, k) tokens against an (n, k) weight passed as
     ``w.t()``, check the result, and return the plan it ran."""
     a, w = rand(m, k), rand(n, k)
-    plan = wsgemm.api.make_plan(a, w.t(), None, None, None)
+    plan = wsgemm.plans.make_plan(a, w.t(), None, None, None)
     check(run(a, w.t()), a, w.t())
     return plan
 
@@ -388,7 +389,7 @@ def test_pingpong_operand_majors_fp32_out_and_batches(a_major, b_major):
 
 def test_the_default_path_runs_short_k_loops_on_pingpong_consumers():
     a, b = rand(4096, 256), rand(256, 4096)
-    assert wsgemm.api.make_plan(a, b, None, None, None).spec.config.pingpong
+    assert wsgemm.plans.make_plan(a, b, None, None, None).spec.config.pingpong
     check(run(a, b), a, b)
     out = torch.full((4096, 4096), float("nan"), device="cuda", dtype=torch.bfloat16)
     check_graph_replays(lambda: wsgemm.gemm(a, b, out=out), [a, b], [out], lambda: check(out, a, b))
@@ -397,100 +398,107 @@ def test_the_default_path_runs_short_k_loops_on_pingpong_consumers():
 def test_the_default_path_runs_one_wave_long_k_loops_one_tile_per_warpgroup():
     # 4 x 33 tiles of 128x128 (one wave of 2x1 clusters), ragged in M, N and K.
     a, b = rand(500, 8200), rand(8200, 4200)
-    config = wsgemm.api.make_plan(a, b, None, None, None).spec.config
+    config = wsgemm.plans.make_plan(a, b, None, None, None).spec.config
     assert config.pingpong and (config.tile_m, config.tile_n) == (128, 128), config
     check(run(a, b), a, b)
-
-
-def test_the_default_path_runs_three_token_tiles_beside_256_row_weight_tiles():
-    # M = 300: three token tiles of 112 (the last 76); 43 weight tiles of 256 rows (the
-    # last 248) in pairs, the last pair's second CTA all padding.
-    plan = default_path_on_weight(300, 11000, 4096)
-    assert plan.mode == "swap" and (plan.spec.config.tile_m, plan.spec.config.tile_n) == (256, 112), plan
-
-
-@pytest.mark.parametrize("m, n, k, width", [(150, 10000, 4104, 80), (210, 11000, 10184, 112)])
-def test_the_default_path_runs_two_token_tiles_beside_192_row_weight_tiles(m, n, k, width):
-    # M = 150: two token tiles of 80 (the second 70); 53 weight tiles of 192 rows (the
-    # last 16), each in a 1x2 cluster multicasting it to both token tiles; K ragged.
-    # M = 210: two of 112 (the second 98) beside 58 weight tiles (the last 56 rows), a
-    # 160-k-block loop whose last k-block holds 8 columns.
-    plan = default_path_on_weight(m, n, k)
-    config = plan.spec.config
-    assert plan.mode == "swap" and (config.tile_m, config.tile_n, config.cluster_n) == (192, width, 2), plan
-
-
-@pytest.mark.parametrize("m, n, k, width", [(230, 9000, 4104, 144), (150, 5000, 8200, 80)])
-def test_the_default_path_runs_two_rows_of_128_row_tiles_filling_one_wave(m, n, k, width):
-    # M = 230: two rows of 128-row tiles (the second 102 rows) in 2x1 clusters; 63
-    # columns of 144 (the last 72 wide) on a 9000-row weight, 126 CTAs; K ragged.
-    # M = 150: the second row 22 rows; 63 columns of 80 (the last 40) on 5000 rows.
-    plan = default_path_on_weight(m, n, k)
-    config = plan.spec.config
-    assert plan.mode != "swap" and (config.tile_m, config.tile_n, config.cluster_m, config.split_k) == (
-        128, width, 2, 1), plan
-
-
-@pytest.mark.parametrize("m, n, tile, split", [(170, 5000, (128, 176, 1), 3), (150, 6000, (192, 80, 2), 2)])
-def test_the_default_path_runs_token_tiles_split_to_fill_one_wave(m, n, tile, split):
-    # 170 tokens in one token tile of 176; 40 weight tiles of 128 rows (the last 8),
-    # each k-loop of 219 k-blocks (the last 48 columns deep) split three ways: 120 CTAs.
-    # 150 tokens in two of 80 (the second 70) beside 32 weight tiles of 192 rows (the
-    # last 48), each pair in a 1x2 cluster, split two ways: 128 CTAs.
-    plan = default_path_on_weight(m, n, 14000)
-    config = plan.spec.config
-    assert plan.mode == "swap" and (config.tile_m, config.tile_n, config.cluster_n, config.split_k) == (
-        *tile, split), plan
-
-
-def test_the_default_path_runs_two_rows_of_192_row_tiles_in_pairs():
-    # M = 300: two 192-row tiles, the second 108 rows; 64 columns of 96 (one wave of pairs).
-    plan = default_path_on_weight(300, 6144, 4100)
-    config = plan.spec.config
-    assert plan.mode != "swap" and (config.tile_m, config.tile_n, config.cluster_m) == (192, 96, 2), plan
 
 
 def test_the_default_path_runs_one_wave_of_64x128_pairs_on_a_7_stage_ring():
     # 16 x 8 tiles of 64x128 (the last row 40 rows, the last column 104 wide, the last
     # k-block 8 deep) in 2x1 clusters, one wave; 7 stages and four epilogue buffers
-    # (NOTES section 45).
+    # (docs/tuning-log/clusters.md).
     config = default_path_on_weight(1000, 1000, 2056).spec.config
     assert (config.tile_m, config.tile_n, config.cluster_m, config.stages, config.epi_stages) == (64, 128, 2, 7, 4)
 
 
-@pytest.mark.parametrize("m, n, cluster", [(620, 1496, (2, 4)), (700, 1200, (4, 2))])
-def test_the_default_path_runs_one_wave_of_64x128_tiles_in_clusters_of_eight(m, n, cluster):
+# Kernels at ragged edges: each case was once the default path's plan for its shape
+# (launched as a programmatic dependent); run here as that config, its edges stay
+# covered whatever the planner chooses for the shape now
+# (test_the_default_path_runs_what_the_planner_selects runs the planner's choice).
+EDGE_CASES = {
+    # M = 300: three token tiles of 112 (the last 76); 43 weight tiles of 256 rows (the
+    # last 248) in pairs, the last pair's second CTA all padding.
+    "three token tiles beside 256-row weight tiles": (
+        300, 11000, 4096, GemmConfig(tile_m=256, tile_n=112, cluster_m=2, stages=4, epi_stages=4, swap_ab=True)),
+    # M = 150: two token tiles of 80 (the second 70); 53 weight tiles of 192 rows (the
+    # last 16), each in a 1x2 cluster multicasting it to both token tiles; K ragged.
+    "two token tiles of 80 beside 192-row weight tiles": (
+        150, 10000, 4104, GemmConfig(tile_m=192, tile_n=80, cluster_n=2, stages=6, epi_stages=3, swap_ab=True)),
+    # M = 210: two of 112 (the second 98) beside 58 weight tiles (the last 56 rows), a
+    # 160-k-block loop whose last k-block holds 8 columns.
+    "two token tiles of 112 beside 192-row weight tiles": (
+        210, 11000, 10184, GemmConfig(tile_m=192, tile_n=112, cluster_n=2, stages=5, epi_stages=4, swap_ab=True)),
+    # M = 230: two rows of 128-row tiles (the second 102 rows) in 2x1 clusters; 63
+    # columns of 144 (the last 72 wide) on a 9000-row weight, 126 CTAs; K ragged.
+    "two rows of 128-row tiles, 144 wide": (
+        230, 9000, 4104, GemmConfig(tile_n=144, cluster_m=2, stages=6, epi_stages=4)),
+    # M = 150: the second row 22 rows; 63 columns of 80 (the last 40) on 5000 rows.
+    "two rows of 128-row tiles, 80 wide": (
+        150, 5000, 8200, GemmConfig(tile_n=80, cluster_m=2, stages=8, epi_stages=4)),
+    # 170 tokens in one token tile of 176; 40 weight tiles of 128 rows (the last 8),
+    # each k-loop of 219 k-blocks (the last 48 columns deep) split three ways: 120 CTAs.
+    "one token tile of 176, split three ways": (
+        170, 5000, 14000, GemmConfig(tile_n=176, stages=5, epi_stages=4, split_k=3, swap_ab=True)),
+    # 150 tokens in two of 80 (the second 70) beside 32 weight tiles of 192 rows (the
+    # last 48), each pair in a 1x2 cluster, split two ways: 128 CTAs.
+    "two token tiles of 80 beside 192-row weight tiles, split two ways": (
+        150, 6000, 14000,
+        GemmConfig(tile_m=192, tile_n=80, cluster_n=2, stages=6, epi_stages=3, split_k=2, swap_ab=True)),
+    # M = 300: two 192-row tiles, the second 108 rows; 64 columns of 96 (one wave of
+    # pairs); K = 4100 rows are not 16-byte aligned, so the operands are copied first.
+    "two rows of 192-row tiles in pairs": (
+        300, 6144, 4100, GemmConfig(tile_m=192, tile_n=96, cluster_m=2, stages=5, epi_stages=3)),
     # 10 x 12 tiles in 2x4 clusters (the last row 44 rows, the last column 88 wide) and
     # 11 x 10 in 4x2 (padded to 12 x 10; the last column 48 wide), the last k-block 8
     # deep: each A box multicast to 4 CTAs and each B box to 2, or the other way round.
-    config = default_path_on_weight(m, n, 2056).spec.config
-    assert (config.tile_m, config.tile_n, config.cluster_m, config.cluster_n) == (64, 128, *cluster), config
-
-
-def test_the_default_path_runs_one_wave_of_swapped_256_row_tiles_in_clusters_of_four():
+    "64x128 tiles in 2x4 clusters": (620, 1496, 2056, GemmConfig(tile_m=64, tile_n=128, cluster_m=2, cluster_n=4)),
+    "64x128 tiles in 4x2 clusters": (700, 1200, 2056, GemmConfig(tile_m=64, tile_n=128, cluster_m=4, cluster_n=2)),
     # 131 tokens in one token tile of 144; 112 weight tiles of 256 rows (the last 184)
     # in 28 clusters of 4 that multicast the token tile; the last k-block 8 deep
-    # (NOTES section 46).
-    plan = default_path_on_weight(131, 28600, 4104)
-    config = plan.spec.config
-    assert plan.mode == "swap" and (config.tile_m, config.tile_n, config.cluster_m) == (256, 144, 4), plan
-
-
-@pytest.mark.parametrize("m, n, k, width", [(40, 10000, 4104, 80), (56, 6000, 8200, 48)])
-def test_the_default_path_runs_one_tile_row_in_columns_that_fill_a_wave(m, n, k, width):
+    # (docs/tuning-log/clusters.md).
+    "swapped 256-row tiles in clusters of four": (
+        131, 28600, 4104, GemmConfig(tile_m=256, tile_n=144, cluster_m=4, stages=4, epi_stages=4, swap_ab=True)),
     # One 64-row tile row, its last columns and k-block ragged: 125 CTAs.
-    plan = default_path_on_weight(m, n, k)
-    config = plan.spec.config
-    assert plan.mode == "direct" and (config.tile_m, config.tile_n, config.split_k) == (64, width, 1), plan
+    "one tile row of 64x80 tiles": (40, 10000, 4104, GemmConfig(tile_m=64, tile_n=80, epi_stages=4)),
+    "one tile row of 64x48 tiles": (56, 6000, 8200, GemmConfig(tile_m=64, tile_n=48, epi_stages=4)),
+    # 33 to 64 tokens swapped into one fitted tile, the weight's last 64-row tile and the
+    # last k-block ragged, the token tile padded past M: 47, 32 and 79 CTAs.
+    "48 tokens in one tile of 48": (48, 3000, 2056, GemmConfig(tile_m=64, tile_n=48, epi_stages=4, swap_ab=True)),
+    "37 tokens in one tile of 48": (37, 2000, 2056, GemmConfig(tile_m=64, tile_n=48, epi_stages=4, swap_ab=True)),
+    "61 tokens in one tile of 64": (61, 5000, 3080, GemmConfig(tile_m=64, tile_n=64, epi_stages=4, swap_ab=True)),
+}
 
 
-@pytest.mark.parametrize("m, n, k, token_tile", [(48, 3000, 2056, 48), (37, 2000, 2056, 48), (61, 5000, 3080, 64)])
-def test_the_default_path_swaps_33_to_64_tokens_into_one_fitted_tile(m, n, k, token_tile):
-    # The weight's last 64-row tile and the last k-block ragged, the token tile
-    # padded past M: 47, 32 and 79 CTAs.
+@pytest.mark.parametrize("case", list(EDGE_CASES))
+def test_kernels_at_ragged_edges(case):
+    m, n, k, config = EDGE_CASES[case]
+    config = dataclasses.replace(config, dependent_launch=True)  # as the default path launched them
+    a, w = rand(m, k), rand(n, k)
+    plan = wsgemm.plans.make_plan(a, w.t(), None, None, config)
+    assert (plan.mode == "swap") == config.swap_ab, plan
+    check(run(a, w.t(), config=config), a, w.t())
+
+
+def selected_on_weight(m, n, k) -> GemmConfig:
+    """What ``wsgemm.tuning.select`` chooses on this GPU for ``x @ w.t()``."""
+    gpu = wsgemm.devices.gpu(torch.cuda.current_device())
+    return tuning.select(tuning.Problem(m, n, k, can_swap=True), gpu)
+
+
+PLANNED_FIELDS = ("tile_m", "tile_n", "tile_k", "cluster_m", "cluster_n", "split_k", "stream_k", "pingpong",
+                  "swizzle", "dependent_launch")
+
+
+@pytest.mark.parametrize("case", list(EDGE_CASES))
+def test_the_default_path_runs_what_the_planner_selects(case):
+    """The same shapes through the default path: the plan runs ``tuning.select``'s
+    choice for this GPU (operands that need copies aside), and computes the product."""
+    m, n, k, _ = EDGE_CASES[case]
     plan = default_path_on_weight(m, n, k)
-    config = plan.spec.config
-    assert plan.mode == "swap" and (config.tile_m, config.tile_n) == (64, token_tile), plan
+    if plan.mode in ("direct", "swap"):
+        chosen = selected_on_weight(m, n, k)
+        assert (plan.mode == "swap") == chosen.swap_ab, (plan, chosen)
+        assert all(getattr(plan.spec.config, f) == getattr(chosen, f) for f in PLANNED_FIELDS), (plan, chosen)
 
 
 def test_results_are_deterministic():
@@ -561,13 +569,29 @@ def test_cluster_occupancy_is_read_in_a_fresh_process_and_a_new_thread():
     (CUDA_ERROR_INVALID_CONTEXT)."""
     import threading
 
-    code = "import wsgemm.api as api; print(api.max_active_clusters(0, 2))"
+    from wsgemm import devices
+
+    code = "import wsgemm.devices as devices; print(devices.max_active_clusters(0, 2))"
     fresh = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert fresh.returncode == 0, fresh.stderr[-2000:]
     assert 0 < int(fresh.stdout.split()[-1]) <= torch.cuda.get_device_properties(0).multi_processor_count // 2
-    wsgemm.api._max_clusters.clear()
+    devices._max_clusters.clear()
     seen = []
-    worker = threading.Thread(target=lambda: seen.append(wsgemm.api.max_active_clusters(0, 4)))
+    worker = threading.Thread(target=lambda: seen.append(devices.max_active_clusters(0, 4)))
     worker.start()
     worker.join()
     assert len(seen) == 1 and 0 < seen[0] <= torch.cuda.get_device_properties(0).multi_processor_count // 4
+
+
+def test_the_planners_view_of_this_gpu_reads_the_drivers_numbers():
+    """``wsgemm.devices.gpu``: the SM count, clock, HBM bandwidth, L2 size and cluster
+    residency the planner chooses by; an H100 SXM or H200 gets its preset's table key."""
+    gpu = wsgemm.devices.gpu(0)
+    props = torch.cuda.get_device_properties(0)
+    assert (gpu.arch, gpu.sms, gpu.l2_bytes) == ("sm90", props.multi_processor_count, props.L2_cache_size)
+    assert gpu.clusters(1) == gpu.sms and 0 < gpu.clusters(2) <= gpu.sms // 2
+    assert 0 < gpu.clusters(8) <= gpu.sms // 8
+    presets = {"H200": tuning.H200, "H100 80GB HBM3": tuning.H100_SXM}
+    for name, preset in presets.items():
+        if name in props.name and gpu.sms == preset.sms:
+            assert gpu.table_key == preset.table_key, (gpu, preset)

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import wsgemm
-from wsgemm import GemmConfig
+from wsgemm import GemmConfig, tuning
 from wsgemm import workspace as ws
 
 from test_gpu_sm90 import check, check_graph_replays, default_path_on_weight, poison_allocator, rand, run
@@ -24,6 +24,12 @@ SPLIT_CONFIGS = [
     GemmConfig(tile_m=128, tile_n=128, cluster_m=2, split_k=2),
     GemmConfig(tile_m=128, tile_n=128, cluster_n=2, split_k=4),
 ]
+
+
+def selected_on_weight(m, n, k) -> GemmConfig:
+    """What ``wsgemm.tuning.select`` chooses on this GPU for ``x @ w.t()``."""
+    gpu = wsgemm.devices.gpu(torch.cuda.current_device())
+    return tuning.select(tuning.Problem(m, n, k, can_swap=True), gpu)
 
 
 def flags_are_zero():
@@ -131,9 +137,9 @@ def test_split_k_under_cuda_graph_replay():
                         lambda: check(out, a, b))
 
 
-def test_heuristic_splits_a_long_k_shape_and_is_correct():
-    # 44 tiles of 128x192 for 132 SMs (at M = 512, one warpgroup per 128x128 tile
-    # beats splitting: heuristics.SOLO_TILE_MIN_FILL).
+def test_the_default_path_splits_a_long_k_shape_and_is_correct():
+    # 64 tiles of 128x128 in 32 pairs for 66 cluster slots: the planner splits their
+    # 224-k-block loops (on an H100's numbers and an H200's).
     plan = default_path_on_weight(256, 4096, 14336)
     assert plan.spec.config.split_k > 1 and plan.workspace[0] > 0
 
@@ -143,7 +149,7 @@ def test_only_the_last_partial_wave_is_split():
     4 splits each, whose workspace holds only those 28 tiles."""
     a, w = rand(512, 8192), rand(10240, 8192)
     config = GemmConfig(tile_m=128, tile_n=256, split_k=4)
-    plan = wsgemm.api.make_plan(a, w.t(), None, None, config)
+    plan = wsgemm.plans.make_plan(a, w.t(), None, None, config)
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     assert plan.clusters == sms and plan.workspace[0] == 160 % sms
     for _ in range(2):  # the second launch finds the flags the first one left at zero
@@ -157,7 +163,7 @@ def test_split_k_config_on_tiles_that_fill_whole_waves_splits_nothing_and_runs()
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     a, b = rand(128, 1024), rand(1024, 128 * sms)  # exactly one 128x128 tile per SM
     config = GemmConfig(tile_m=128, tile_n=128, split_k=2)
-    plan = wsgemm.api.make_plan(a, b, None, None, config)
+    plan = wsgemm.plans.make_plan(a, b, None, None, config)
     assert plan.clusters == sms and plan.workspace == (1, 1)
     check(run(a, b, config=config), a, b)
     assert flags_are_zero()
@@ -173,7 +179,7 @@ def test_split_k_config_on_tiles_that_fill_whole_waves_splits_nothing_and_runs()
 )
 def test_swap_ab_computes_the_transposed_product(config, m):
     x, w = rand(m, 3000), rand(1000, 3000)  # nn.Linear layout: x @ w.t()
-    plan = wsgemm.api.make_plan(x, w.t(), None, None, config)
+    plan = wsgemm.plans.make_plan(x, w.t(), None, None, config)
     assert plan.mode == "swap"
     check(run(x, w.t(), config=config), x, w.t())
     b = rand(3000, 1000)  # row-major B too
@@ -190,9 +196,9 @@ def test_swap_ab_computes_the_transposed_product(config, m):
 )
 def test_swap_ab_with_tokens_in_two_multicast_n_tiles(config, m):
     """Up to M = 128 tokens take one 96/128-wide N tile, or two whose cluster
-    multicasts each weight tile to both (heuristics._swapped_candidates)."""
+    multicasts each weight tile to both."""
     x, w = rand(m, 3000), rand(1000, 3000)
-    assert wsgemm.api.make_plan(x, w.t(), None, None, config).mode == "swap"
+    assert wsgemm.plans.make_plan(x, w.t(), None, None, config).mode == "swap"
     check(run(x, w.t(), config=config), x, w.t())
 
 
@@ -210,11 +216,11 @@ def test_swap_ab_with_tokens_in_two_multicast_n_tiles(config, m):
 def test_swap_ab_with_more_tokens_in_two_wide_n_tiles(config, m):
     """Past M = 128 the tokens take two N tiles up to 160 wide, fitted to them in steps
     of 16 (M = 257-320 in two 144- or 160-wide tiles, the second one partly past the
-    edge; heuristics.SWAP_TWO_TILES_MAX_M, fitted_token_tile)."""
+    edge)."""
     if not config.tile_n < m <= 2 * config.tile_n:
         pytest.skip("the tokens do not take exactly two tiles of this width")
     x, w = rand(m, 3000), rand(1000, 3000)
-    assert wsgemm.api.make_plan(x, w.t(), None, None, config).mode == "swap"
+    assert wsgemm.plans.make_plan(x, w.t(), None, None, config).mode == "swap"
     check(run(x, w.t(), config=config), x, w.t())
     out = torch.full((m, 1000), float("nan"), device="cuda", dtype=torch.float32)
     wsgemm.gemm(x, w.t(), out=out, config=config)
@@ -224,8 +230,10 @@ def test_swap_ab_with_more_tokens_in_two_wide_n_tiles(config, m):
 
 
 def test_the_default_path_swaps_three_tile_rows_of_tokens_into_two_n_tiles():
+    """300 tokens in two 160-wide N tiles (the second partly past the edge) in 1x2
+    clusters, beside 64 weight tiles of 128 rows: one wave of 128 CTAs."""
     x, w = rand(300, 8192), rand(8192, 8192)
-    plan = wsgemm.api.make_plan(x, w.t(), None, None, None)
+    plan = wsgemm.plans.make_plan(x, w.t(), None, None, None)
     # The kernel runs on the transposed views: its config's N tile holds the tokens.
     assert plan.mode == "swap" and (plan.spec.config.tile_n, plan.spec.config.cluster_n) == (160, 2), plan
     check(run(x, w.t()), x, w.t())
@@ -235,10 +243,10 @@ def test_the_default_path_swaps_three_tile_rows_of_tokens_into_two_n_tiles():
 def test_the_default_path_swaps_four_token_tiles_on_a_4096_row_weight(m, tile_n):
     """Past 256 tokens, on a weight of 4096 rows, four N tiles fitted to the tokens
     (the last partly past the edge) in 1x2 clusters fill one wave with 128-row weight
-    tiles (heuristics.SWAP_FOUR_TILES_MAX_M); here with a long enough k-loop, at
-    K = 4096, and a launch as a programmatic dependent."""
+    tiles; here with a long enough k-loop, at K = 4096, and a launch as a programmatic
+    dependent."""
     x, w = rand(m, 4096), rand(4096, 4096)
-    plan = wsgemm.api.make_plan(x, w.t(), None, None, None)
+    plan = wsgemm.plans.make_plan(x, w.t(), None, None, None)
     config = plan.spec.config
     assert plan.mode == "swap" and (config.tile_m, config.tile_n, config.cluster_n) == (128, tile_n, 2), plan
     assert config.split_k == 1 and config.dependent_launch
@@ -250,18 +258,29 @@ def test_the_default_path_swaps_four_token_tiles_on_a_4096_row_weight(m, tile_n)
 
 @pytest.mark.parametrize("m, n, tile_m, tile_n, cluster_m", [(136, 28672, 256, 144, 4), (192, 28672, 256, 192, 4),
                                                              (176, 22016, 192, 176, 2)])
-def test_the_default_path_puts_one_token_tile_beside_tall_weight_tiles(m, n, tile_m, tile_n, cluster_m):
+def test_one_token_tile_beside_tall_weight_tiles(m, n, tile_m, tile_n, cluster_m):
     """From 129 to 192 tokens, on a weight of 28672 rows 112 weight tiles of 256 rows,
     on one of 22016 rows 115 of 192 (the last past the edge), beside one token tile
-    (past the edge at M = 136) make one wave, in clusters that share it
-    (heuristics.SWAP_TALL_TILES_MAX_M): of 4 for the 256-row tiles
-    (heuristics.TALL_SWAP_CLUSTER_M), of 2 for the 192-row ones."""
+    (past the edge at M = 136) make one wave, in clusters that share it: of 4 for the
+    256-row tiles, of 2 for the 192-row ones (the default path's plans for these
+    shapes once, run here as configs)."""
+    config = GemmConfig(tile_m=tile_m, tile_n=tile_n, cluster_m=cluster_m, swap_ab=True, dependent_launch=True)
     x, w = rand(m, 4096), rand(n, 4096)
-    plan = wsgemm.api.make_plan(x, w.t(), None, None, None)
-    config = plan.spec.config
-    assert plan.mode == "swap" and (config.tile_m, config.tile_n, config.cluster_m) == (tile_m, tile_n, cluster_m), \
-        plan
-    assert config.split_k == 1
+    assert wsgemm.plans.make_plan(x, w.t(), None, None, config).mode == "swap"
+    check(run(x, w.t(), config=config), x, w.t())
+    out = torch.full((m, n), float("nan"), device="cuda", dtype=torch.float32)
+    wsgemm.gemm(x, w.t(), out=out, config=config)
+    check(out, x, w.t(), torch.float32)
+
+
+@pytest.mark.parametrize("m, n", [(136, 28672), (192, 28672), (176, 22016)])
+def test_the_default_path_runs_the_planners_choice_beside_tall_weights(m, n):
+    x, w = rand(m, 4096), rand(n, 4096)
+    plan = wsgemm.plans.make_plan(x, w.t(), None, None, None)
+    chosen = selected_on_weight(m, n, 4096)
+    assert (plan.mode == "swap") == chosen.swap_ab, (plan, chosen)
+    assert (plan.spec.config.tile_m, plan.spec.config.tile_n, plan.spec.config.cluster_m) == (
+        chosen.tile_m, chosen.tile_n, chosen.cluster_m), (plan, chosen)
     check(run(x, w.t()), x, w.t())
     out = torch.full((m, n), float("nan"), device="cuda", dtype=torch.float32)
     wsgemm.gemm(x, w.t(), out=out)
@@ -276,9 +295,9 @@ def test_swap_ab_with_out_and_fp32_output():
     check(out, x, w.t(), torch.float32)
 
 
-def test_heuristic_swaps_decode_shapes():
+def test_the_default_path_swaps_decode_shapes():
     x, w = rand(4, 4096), rand(4096, 4096)
-    plan = wsgemm.api.make_plan(x, w.t(), None, None, None)
+    plan = wsgemm.plans.make_plan(x, w.t(), None, None, None)
     assert plan.mode == "swap"
     check(run(x, w.t()), x, w.t())
 
@@ -286,16 +305,18 @@ def test_heuristic_swaps_decode_shapes():
 def test_cached_decode_plans_launched_from_cpp_compute_new_inputs_on_each_stream():
     """From the second call on, the fast path's C++ launches swapped and split-K
     default plans itself, a split's workspace fetched per call for the current
-    stream (NOTES section 59): eager calls and the operator's, new inputs every call,
-    on the default stream and another, NaN-poisoned results, the flags left at zero."""
+    stream (docs/tuning-log/host-overhead.md): eager calls and the operator's, new
+    inputs every call, on the default stream and another, NaN-poisoned results, the
+    flags left at zero."""
     if wsgemm.fast_path.load() is None:
         pytest.skip("the C++ fast path is not built here")
     weights = [rand(n, k) for n, k in ((28672, 4096), (4096, 14336), (6144, 4096))]
-    for w in weights:
-        plan = wsgemm.api.make_plan(rand(1, w.shape[1]), w.t(), None, None, None)
-        assert plan.mode == "swap" and plan.launches_from_cpp, plan.spec
-    assert sum(bool(wsgemm.api.make_plan(rand(1, w.shape[1]), w.t(), None, None, None).workspace[0])
-               for w in weights) == 2  # the two long ones split K
+    plans = [wsgemm.plans.make_plan(rand(1, w.shape[1]), w.t(), None, None, None) for w in weights]
+    assert all(plan.launches_from_cpp for plan in plans), [plan.spec for plan in plans]
+    # On an H200 (the packaged table) all three swap and the two long ones split K; on
+    # an H100 the planner still swaps and splits the down projection's.
+    assert plans[1].mode == "swap" and plans[1].workspace[0], plans[1].spec
+    assert plans[2].mode == "swap" and not plans[2].workspace[0], plans[2].spec
     side = torch.cuda.Stream()
     for stream in (torch.cuda.current_stream(), side):
         with torch.cuda.stream(stream):
@@ -314,7 +335,7 @@ def test_cached_decode_plans_launched_from_cpp_compute_new_inputs_on_each_stream
 def test_linear_layers_cached_decode_calls_transpose_their_weight_in_cpp():
     """wsgemm.nn.Linear at decode sizes: from the second call on, ``call_transposed``
     makes the weight's view in C++ and launches the swapped or split plan itself
-    (NOTES section 60); new tokens every call, 2-D and 3-D, NaN-poisoned results."""
+    (docs/tuning-log/host-overhead.md); new tokens every call, 2-D and 3-D, NaN-poisoned results."""
     if wsgemm.fast_path.load() is None:
         pytest.skip("the C++ fast path is not built here")
     layers = [wsgemm.nn.Linear(k, n, bias=False, dtype=torch.bfloat16, device="cuda")

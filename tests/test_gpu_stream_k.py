@@ -49,7 +49,7 @@ def test_stream_k_matches_reference(config, m, n, k):
 )
 def test_stream_k_swapped_decode_layouts(config, m):
     x, w = rand(m, 4096), rand(6144, 4096)  # 8B QKV: 48 tiles of 128 weight rows
-    assert wsgemm.api.make_plan(x, w.t(), None, None, config).mode == "swap"
+    assert wsgemm.plans.make_plan(x, w.t(), None, None, config).mode == "swap"
     check(run(x, w.t(), config=config), x, w.t())
 
 
@@ -68,7 +68,7 @@ def test_stream_k_is_deterministic_and_every_sm_streams():
     inputs give equal bits; and the plan launches one cluster per SM."""
     config = GemmConfig(tile_m=128, tile_n=16, stream_k=True, swap_ab=True)
     x, w = rand(4, 4096), rand(6144, 4096)
-    plan = wsgemm.api.make_plan(x, w.t(), None, None, config)
+    plan = wsgemm.plans.make_plan(x, w.t(), None, None, config)
     assert plan.clusters == torch.cuda.get_device_properties(0).multi_processor_count
     first = wsgemm.gemm(x, w.t(), config=config)
     for _ in range(5):

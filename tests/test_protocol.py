@@ -7,7 +7,7 @@ import pytest
 from wsgemm import ConfigError, GemmConfig
 from wsgemm import config as cfg
 from wsgemm.kernels.common import protocol
-from wsgemm.kernels.common.pipeline import empty_arrivals, release_mask
+from wsgemm.kernels.common.stages import empty_arrivals, release_mask
 
 
 def test_release_mask_covers_row_and_column():

@@ -1,6 +1,7 @@
 """The checkout stays small: a device call carries the working tree (tracked files and
-untracked ones git does not ignore) beside the ~62 MB DSL bundle, within 64 MiB, so
-the project keeps that tree under 2 MiB (results as compressed JSON, small plots)."""
+untracked ones git does not ignore) beside the larger of the DSL bundle's two parts
+(~48 MiB), within 64 MiB, so the project keeps that tree under 12 MiB (results as
+compressed JSON, small plots)."""
 
 import re
 import subprocess
@@ -10,7 +11,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-TREE_BUDGET_BYTES = 2 * 1024 * 1024
+TREE_BUDGET_BYTES = 12 * 1024 * 1024
 
 
 def carried_files() -> list[Path]:
@@ -22,7 +23,7 @@ def carried_files() -> list[Path]:
     return [ROOT / name for name in listed.decode().split("\0") if name and (ROOT / name).is_file()]
 
 
-def test_the_tree_a_device_call_carries_stays_under_two_mib():
+def test_the_tree_a_device_call_carries_stays_under_twelve_mib():
     sizes = sorted(((path.stat().st_size, path.relative_to(ROOT)) for path in carried_files()), reverse=True)
     total = sum(size for size, _ in sizes)
     largest = ", ".join(f"{name} ({size} B)" for size, name in sizes[:5])
@@ -43,11 +44,9 @@ def test_every_result_the_code_and_notes_cite_is_in_the_tree():
     """A ``results/<name>`` cited in a doc, a docstring or a comment names a file under
     ``benchmarks/results/`` or a report in its archive; a table (``.md``) may be left to
     regenerate from its report. A line that says the file was removed is history."""
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    try:
-        import result_files
-    finally:
-        sys.path.pop(0)
+    if str(ROOT) not in sys.path:  # plain `pytest` puts tests/ on the path, `python -m pytest` the root
+        sys.path.insert(0, str(ROOT))
+    from benchmarks.maint import result_files
     results = ROOT / "benchmarks" / "results"
     kept = {path.name for path in results.iterdir()} | set(result_files.archived(results))
     cited = re.compile(r"results/([\w{},.-]+?\.(?:json\.gz|json|md|png))")

@@ -7,7 +7,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from wsgemm.kernels.common import stages
-from wsgemm.kernels.common.scheduler import TileGrid, cluster_coord_of_work, edge_tile_offset, edge_tile_overhang
+from wsgemm.grid import TileGrid
+from wsgemm.kernels.common.scheduler import (cluster_coord_of_work, cta_pieces, cta_work, edge_tile_offset,
+                                              edge_tile_overhang)
 
 
 def test_stage_index_and_parities_walk_the_ring():
@@ -66,7 +68,7 @@ def test_every_output_tile_is_computed_exactly_once(tiles_m, tiles_n, batches, c
     for c in range(clusters):
         for cm in range(cluster_m):
             for cn in range(cluster_n):
-                for m, n, l, split, splits in grid.cta_work(c, clusters, cm, cn):
+                for m, n, l, split, splits in cta_work(grid, c, clusters, cm, cn):
                     assert (split, splits) == (0, 1)
                     seen[(m, n, l)] += 1
     real = {(m, n, l): 1 for m in range(tiles_m) for n in range(tiles_n) for l in range(batches)}
@@ -139,7 +141,7 @@ def test_split_k_covers_every_split_once_and_cannot_deadlock(tiles_m, tiles_n, b
     stepping in lock-step rounds."""
     grid = TileGrid(tiles_m, tiles_n, batches, cluster_m, 1, True, 1, split_k)
     clusters = grid.launch_clusters(clusters)
-    queues = [list(grid.cta_work(c, clusters, 0, 0)) for c in range(clusters)]
+    queues = [list(cta_work(grid, c, clusters, 0, 0)) for c in range(clusters)]
     items = Counter(item for q in queues for item in q)
     assert set(items.values()) == {1}
     tiles = {(m, n, l) for m in range(grid.clusters_m * cluster_m) if m % cluster_m == 0
@@ -183,7 +185,7 @@ def test_a_split_k_launch_always_gets_a_workspace_even_with_nothing_to_split():
     with split_k > 1 on tiles that fill whole waves (no tail) must still pass some
     (it used to pass none, and the call failed on the argument count)."""
     from wsgemm import GemmConfig
-    from wsgemm.api import launch_workspace_elems
+    from wsgemm.plans import launch_workspace_elems
 
     config = GemmConfig(tile_m=128, tile_n=256, split_k=4)
     whole_waves = TileGrid.for_problem(4 * 128, 66 * 256, 1, config)  # 264 tiles on 132 SMs
@@ -213,7 +215,7 @@ def test_stream_k_covers_every_k_block_once_and_cannot_deadlock(tiles_m, tiles_n
     finisher spinning until its contributors are done, always finish."""
     grid = TileGrid(tiles_m, tiles_n, batches, cluster_m, 1, True, 1, 1, stream_k=True)
     clusters = grid.launch_clusters(clusters)
-    queues = [list(grid.cta_pieces(c, clusters, 0, 0, k_blocks)) for c in range(clusters)]
+    queues = [list(cta_pieces(grid, c, clusters, 0, 0, k_blocks)) for c in range(clusters)]
     covered = Counter((p.tile_m, p.tile_n, p.batch, kb) for q in queues for p in q
                       for kb in range(p.kb_first, p.kb_first + p.kb_count))
     tiles = {(m, n, l) for m in range(0, grid.clusters_m * cluster_m, cluster_m) for n in range(tiles_n)
@@ -254,6 +256,6 @@ def test_stream_k_deals_a_decode_tail_evenly():
     split 2 keeps 96 SMs streaming 32 k-blocks each; stream-K keeps all 132 at 23-24."""
     grid = TileGrid(48, 1, 1, stream_k=True)
     assert grid.launch_clusters(132) == 132
-    runs = [sum(p.kb_count for p in grid.cta_pieces(c, 132, 0, 0, 64)) for c in range(132)]
+    runs = [sum(p.kb_count for p in cta_pieces(grid, c, 132, 0, 0, 64)) for c in range(132)]
     assert set(runs) == {23, 24} and sum(runs) == 48 * 64
     assert grid.workspace_elems(132, 128, 16) == (48, 132 * 128 * 16)

@@ -82,7 +82,7 @@ def test_torch_compile_carries_read_before_wait_to_the_kernel(monkeypatch):
         promised.append(read_before_wait)
         return torch.matmul(a, b).to(out_dtype or a.dtype)
 
-    monkeypatch.setattr(wsgemm.api, "gemm_eager", gemm_eager)
+    monkeypatch.setattr(wsgemm.plans, "gemm_eager", gemm_eager)  # the operator's kernel
     x = torch.randn(6, 32).to(torch.bfloat16)
     w = torch.randn(48, 32).to(torch.bfloat16)
 
@@ -156,7 +156,8 @@ def _fake_kernel(monkeypatch):
         calls.append((tuple(a.shape), tuple(b.shape)))
         return torch.matmul(a, b).to(out_dtype or a.dtype)
 
-    monkeypatch.setattr(wsgemm.api, "gemm_eager", gemm_eager)
+    monkeypatch.setattr(wsgemm.api, "gemm_eager", gemm_eager)  # eager calls
+    monkeypatch.setattr(wsgemm.plans, "gemm_eager", gemm_eager)  # the operator's kernel
     return calls
 
 

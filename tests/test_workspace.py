@@ -38,7 +38,7 @@ def test_eager_calls_on_one_stream_share_a_zeroed_workspace_that_only_grows(cuda
 
 
 def test_calls_captured_on_one_stream_of_one_capture_share_one_workspace(cuda_streams):
-    """One memset node per capture and stream, not one per call (NOTES section 25)."""
+    """One memset node per capture and stream, not one per call (docs/tuning-log/split-k.md)."""
     eager = ws.split_k_workspace(CPU, 4, 100)
     cuda_streams.capture = 11
     first = ws.split_k_workspace(CPU, 4, 100)
@@ -67,7 +67,7 @@ def test_the_capture_id_query_never_fails_a_call():
 
 def test_calls_through_the_operator_get_a_workspace_each_only_where_captured(cuda_streams):
     """Captured into CUDA-graph trees, a kept workspace in the graph's pool fails their
-    check that only outputs outlive a call (NOTES section 58); uncaptured, the
+    check that only outputs outlive a call (docs/tuning-log/host-overhead.md); uncaptured, the
     operator's calls share the stream's kept workspace with eager ones."""
     import weakref
 
@@ -126,9 +126,9 @@ def test_kept_workspaces_are_allocated_on_the_helper_thread_on_the_callers_strea
 
 
 def test_the_operators_python_kernel_marks_its_calls(monkeypatch):
-    from wsgemm import api, ops
+    from wsgemm import ops, plans
 
     seen = []
-    monkeypatch.setattr(api, "gemm_eager", lambda *args: seen.append(getattr(ws._operator, "active", False)))
+    monkeypatch.setattr(plans, "gemm_eager", lambda *args: seen.append(getattr(ws._operator, "active", False)))
     ops._gemm_kernel(torch.ones(2, 2), torch.ones(2, 2))
     assert seen == [True] and not getattr(ws._operator, "active", False)

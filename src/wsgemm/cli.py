@@ -171,19 +171,21 @@ def cmd_demo(args) -> int:
         import torch
 
         if torch.cuda.is_available():
-            from .api import _device_facts
+            from .devices import gpu
 
-            _device_facts(torch.cuda.current_device())
+            gpu(torch.cuda.current_device())
             gpu_ok = True
     except Exception as exc:  # an unsupported GPU: say so, then show the compile-only demo
         print(f"GPU run skipped: {exc}")
     if gpu_ok and not args.compile_only:
         return _gpu_demo(args)
     print("No supported GPU here: compiling the kernels instead (no GPU needed).")
-    from .heuristics import choose_config
+    from dataclasses import replace
+
+    from .tuning import H200, Problem, select
 
     for arch in hardware.ARCHS:
-        config = choose_config(arch, args.m, args.n, args.k, 1, sm_count=132)
+        config = select(Problem(args.m, args.n, args.k, ab_dtype=args.dtype, out_dtype=args.dtype), replace(H200, arch=arch))
         spec = cfg.make_spec(arch, args.dtype, args.dtype, "k", "k", "n", config)
         print()
         print("\n".join(_compile_report(spec)))
@@ -228,17 +230,20 @@ def cmd_lookahead(args) -> int:
 
 
 def cmd_bench(suite_args: list[str]) -> int:
-    # benchmarks/ ships with the source tree, not the wheel: run the one beside
-    # the checkout this package was installed from (pip install -e .).
-    suite = Path(__file__).resolve().parents[2] / "benchmarks" / "suite.py"
-    if not suite.is_file():
+    # benchmarks/ ships with the source tree, not the wheel: run the package beside the
+    # checkout this package was installed from (pip install -e .), as
+    # ``python -m benchmarks.suite`` would from the checkout's root.
+    root = Path(__file__).resolve().parents[2]
+    if not (root / "benchmarks" / "suite.py").is_file():
         print(f"python -m wsgemm bench runs benchmarks/suite.py from a source checkout, and there is "
-              f"none here ({suite} does not exist): clone the repository and pip install -e '.[bench]'",
-              file=sys.stderr)
+              f"none here ({root / 'benchmarks'} has no suite.py): clone the repository and "
+              "pip install -e '.[bench]'", file=sys.stderr)
         return 2
-    import runpy
+    import importlib
 
-    return runpy.run_path(str(suite))["main"](suite_args)
+    if str(root) not in sys.path:
+        sys.path.insert(0, str(root))
+    return importlib.import_module("benchmarks.suite").main(suite_args)
 
 
 def main(argv=None) -> int:

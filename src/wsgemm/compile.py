@@ -23,6 +23,11 @@ from .hardware import TMA_ALIGNMENT_BYTES
 
 
 def _kernel_builder(spec: KernelSpec):
+    """The kernel object for ``spec``, once its barrier counts are checked against the
+    arrivals its roles issue (a mismatch would hang or race on the GPU)."""
+    from .kernels.common.protocol import check_barrier_protocol
+
+    check_barrier_protocol(spec)
     if spec.arch == "sm90":
         from .kernels.sm90 import Sm90Gemm
 

@@ -81,8 +81,8 @@ class GemmConfig:
     # has left and wait (griddepcontrol.wait) before touching global memory; each CTA
     # lets the next kernel launch once it has issued its last load. Measured on an H200
     # it helps some back-to-back shapes and slows others, so a config is built with it
-    # off, and where wsgemm chooses the config ``heuristics.with_launch_policy`` turns
-    # it on for the shapes it helps (benchmarks/NOTES.md section 15).
+    # off, and where wsgemm chooses the config the launch rules (``wsgemm.tuning.launch``) turn
+    # it on for the shapes it helps (docs/tuning-log/dependent-launch.md).
     dependent_launch: bool = False
     # SM90 only: ping-pong consumers. Each of the two consumer warpgroups owns whole
     # tiles, alternating with the other (even and odd work items), so one warpgroup's
@@ -96,7 +96,7 @@ class GemmConfig:
     # training, where an optimizer step writes it, or right after a weight is loaded).
     # The producer then loads the operand's first stages (``stages_read_before_wait``)
     # before griddepcontrol.wait, under the previous kernel's tail, and the other
-    # operand's after it (benchmarks/NOTES.md section 53). Where the promise is false
+    # operand's after it (docs/tuning-log/dependent-launch.md). Where the promise is false
     # the GEMM reads stale values: off unless asked for.
     read_before_wait: str = ""
 
@@ -295,7 +295,7 @@ def wgmma_batches_in_flight(tile_wgs: int) -> int:
     pipe, so while one waits for its batch the other's keeps the pipe busy; they wait
     for all of their wgmmas each k-block and release that k-block's slot at once,
     which leaves the producer one more free stage to load ahead (cuBLAS's nvjet
-    kernels do the same; benchmarks/NOTES.md section 22 has the measurements).
+    kernels do the same; docs/tuning-log/decode.md has the measurements).
     """
     return 1 if tile_wgs == 1 else 0
 
@@ -328,7 +328,7 @@ def smem_budget(spec: KernelSpec) -> SmemBudget:
 # (an SM's share of HBM, 4.8 TB/s over 132 SMs, delivers 64 KiB in 1.8 us), few enough
 # that where the wait is short the other operand's first box does not queue behind
 # many: on the H200's decode suite 64 KiB ran graph replays 1.037x faster and single
-# calls level, every stage (up to 16) 1.019x and 0.988x (benchmarks/NOTES.md section 53).
+# calls level, every stage (up to 16) 1.019x and 0.988x (docs/tuning-log/dependent-launch.md).
 READ_BEFORE_WAIT_BYTES = 64 * 1024
 
 
@@ -357,7 +357,7 @@ def sm90_register_budget(config: GemmConfig) -> RegisterBudget:
     launch = min(facts.max_registers_per_thread, facts.registers_per_sm // threads // 8 * 8)
     # setmaxnreg only moves registers between a CTA's warps: the consumers may take what
     # the producer gives up of the CTA's launch allocation, never more (a setmaxnreg.inc
-    # past it waits forever: benchmarks/NOTES.md section 54). Counted from the launch
+    # past it waits forever: docs/tuning-log/dependent-launch.md). Counted from the launch
     # allocation, not the register file, which it may fall short of by the rounding.
     per_wg_thread_pool = launch * (1 + wgs)
     consumer = (per_wg_thread_pool - SM90_PRODUCER_REGISTERS) // wgs
@@ -379,7 +379,7 @@ SM90_PINGPONG_MAX_TILE_M = 128  # a ping-pong warpgroup's whole tile: two wgmmas
 SM90_TILE_N_STEP = 16
 SM90_TILE_N = tuple(range(SM90_TILE_N_STEP, 257, SM90_TILE_N_STEP))
 # 128-deep k-blocks only on SM90, where the launch policy gives them to decode tiles
-# streaming a weight (heuristics.with_deep_weight_k_blocks); the SM100 kernel
+# streaming a weight (``tuning.launch.deep_k_blocks_for_decode``); the SM100 kernel
 # runs nowhere here, so it keeps the depth its tests check.
 SM90_TILE_K = (64, 128)
 SM100_TILE_K = (64,)
@@ -429,7 +429,7 @@ def make_spec(
 
     if not isinstance(config.swap_ab, bool):
         raise ConfigError(f"swap_ab={config.swap_ab!r} must be True or False")
-    # The swap happens in wsgemm.api, on the operands' views; the kernel never sees it,
+    # The swap happens in wsgemm.plans, on the operands' views; the kernel never sees it,
     # and reads the caller's A as its B and the caller's B as its A.
     early = {"a": "b", "b": "a"}.get(config.read_before_wait, "") if config.swap_ab else config.read_before_wait
     config = replace(config, swap_ab=False, read_before_wait=early)
@@ -455,9 +455,6 @@ def make_spec(
         )
     if config.stages is None:
         spec = replace(spec, config=replace(config, stages=budget.stages))
-    from .kernels.common.protocol import check_barrier_protocol  # needs the DSL; import late
-
-    check_barrier_protocol(spec)
     return spec
 
 

@@ -1,7 +1,7 @@
 """The C++ host fast path (``csrc/fast_path.cpp``), built on first use.
 
 Three steps of a cached ``wsgemm.gemm`` call cost microseconds of Python and a
-fraction of one in C++ (numbers in ``benchmarks/NOTES.md`` section 28):
+fraction of one in C++ (numbers in docs/tuning-log/host-overhead.md):
 
 * finding the plan of a call without ``out=``, ``out_dtype=`` or ``config=``, keyed
   by both operands' shapes, strides, dtypes, devices and base alignment, as
@@ -60,10 +60,10 @@ def extension_name(directory: Path) -> str:
 
     The plan cache is a global of the loaded library, and ``cpp_extension.load``
     hands back a module it already loaded under the same name. A second package in
-    the process (``benchmarks/baseline.py``'s ``wsgemm_base``) that loaded the same
+    the process (``benchmarks/maint/baseline.py``'s ``wsgemm_base``) that loaded the same
     module would share the cache, and its cached calls would run the plans the first
     package remembered for the same operands (an A/B of two default paths then times
-    one of them twice; benchmarks/NOTES.md section 37)."""
+    one of them twice; docs/tuning-log/dependent-launch.md)."""
     return f"wsgemm_fast_path_{directory.name}"
 
 

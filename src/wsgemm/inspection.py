@@ -339,7 +339,7 @@ def tma_load_parameters(ptx: str) -> list[tuple[int, int]]:
 def announced_bytes_operands(ptx: str) -> set[str]:
     """The byte-count operands of the ``mbarrier.arrive.expect_tx`` instructions in
     ``ptx``: an immediate, or the register chosen per tile where a producer may skip a
-    box (the SM90 kernel in clusters, benchmarks/NOTES.md section 26)."""
+    box (the SM90 kernel in clusters, docs/tuning-log/packaged-table.md)."""
     return set(re.findall(r"mbarrier\.arrive\.expect_tx\S*\s+\S+,\s*\[[^\]]+\],\s*([^;\s]+);", ptx))
 
 

@@ -19,8 +19,8 @@ class Linear(torch.nn.Linear):
     ``read_weight_before_wait`` (off by default; set it on the layer, or through
     ``from_linear``) makes ``gemm(..., read_before_wait="b")``'s promise for the
     weight in calls that record no autograd: in a decode step the weight's first
-    stages then load while the previous wsgemm kernel finishes (benchmarks/NOTES.md
-    section 53). Set it only for inference on weights already written: after writing
+    stages then load while the previous wsgemm kernel finishes (docs/tuning-log/
+    dependent-launch.md). Set it only for inference on weights already written: after writing
     them (``load_state_dict``, ``copy_``), synchronize before the next forward, or a
     forward may read the old values without an error. Calls that record autograd
     never make the promise (an optimizer step writes the weight between them).
@@ -29,8 +29,8 @@ class Linear(torch.nn.Linear):
     read_weight_before_wait: bool = False
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        # At decode the host's time is the step's time (benchmarks/NOTES.md section
-        # 60), so the forward does as little as it can in Python: it reads the weight
+        # At decode the host's time is the step's time (docs/tuning-log/
+        # host-overhead.md), so the forward does as little as it can in Python: it reads the weight
         # once, looks at grad mode only for a promise, reshapes only inputs that are
         # not 2-D, and leaves the weight's transpose to the cached call's C++.
         weight = self.weight

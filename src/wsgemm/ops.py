@@ -6,7 +6,7 @@ autograd formula that computes both gradients with wsgemm itself: dA = dD @ B^T 
 dB = A^T @ dD, where the transposes are views (the kernels read either major mode),
 so no operand is copied. Not with ``torch.library.custom_op``, which wraps the same
 registrations in Python that checks the output for aliasing on every call (35.3
-against 39.4 us per call on the H200's host, benchmarks/NOTES.md section 56).
+against 39.4 us per call on the H200's host, docs/tuning-log/host-overhead.md).
 
 Where the C++ fast path is built, the backend and autograd kernels are its own
 (``register_operator``): a cached direct or swapped plan is launched from C++ (other
@@ -15,7 +15,7 @@ one C++ node, entering Python only in backward. A call through the operator took
 10.23 us of host time at 64x64x64 on the H200 this way, 19.12 with the kernels in
 Python (``_gemm_kernel`` and ``register_autograd``, which this module registers
 without the fast path), 11.18 against 37.29 where an input requires grad
-(benchmarks/NOTES.md section 57).
+(docs/tuning-log/host-overhead.md).
 
 ``wsgemm.gemm`` calls the kernel directly in eager mode without autograd; with an
 input that requires grad it records the same formula as one C++ autograd node (the
@@ -29,10 +29,10 @@ from __future__ import annotations
 
 import torch
 
-from . import api, fast_path
+from . import fast_path, plans
 from .workspace import operator_calls
 
-# The package's own name: benchmarks/baseline.py imports an older wsgemm beside this
+# The package's own name: benchmarks/maint/baseline.py imports an older wsgemm beside this
 # one as wsgemm_base, whose operator must not take (or clash with) this one's name.
 _NAMESPACE = __name__.split(".")[0]
 _OP = f"{_NAMESPACE}::gemm"
@@ -49,7 +49,7 @@ def _gemm_kernel(a: torch.Tensor, b: torch.Tensor, out_dtype: torch.dtype | None
     into CUDA-graph trees, which allow nothing but outputs to outlive a call in their
     memory pool (``wsgemm.workspace``)."""
     with operator_calls():
-        return api.gemm_eager(a, b, None, out_dtype, None, read_before_wait)
+        return plans.gemm_eager(a, b, None, out_dtype, None, read_before_wait)
 
 
 def _run_cached_plan(run, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
@@ -64,8 +64,8 @@ def _run_cached_plan(run, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
 def _(a: torch.Tensor, b: torch.Tensor, out_dtype: torch.dtype | None = None,
       read_before_wait: str = "") -> torch.Tensor:
     # The same checks as the real implementation, so a bad call fails at trace time.
-    api.check_read_before_wait(read_before_wait, None)
-    shape, dtype, _, _ = api.validate_shapes_and_dtypes(a, b, None, out_dtype, None)
+    plans.check_read_before_wait(read_before_wait, None)
+    shape, dtype, _, _ = plans.validate_shapes_and_dtypes(a, b, None, out_dtype, None)
     return a.new_empty(shape, dtype=dtype)  # contiguous, like the real result
 
 
@@ -127,15 +127,18 @@ KERNELS_REGISTERED_IN = _register_kernels(_fast_path_module)
 
 
 def _eager_product(x, y, out_dtype):
-    # Through wsgemm.gemm: straight to the kernel in a plain backward pass, and
-    # recorded for autograd again under create_graph=True (double backward).
-    return api.gemm(x, y, out_dtype=out_dtype)
+    """A gradient's product, as ``wsgemm.gemm`` runs it: straight to the kernel in a
+    plain backward pass, recorded for autograd again under create_graph=True (double
+    backward)."""
+    if (x.requires_grad or y.requires_grad) and torch.is_grad_enabled():
+        return gemm_with_autograd(x, y, out_dtype)
+    return plans.gemm_eager(x, y, None, out_dtype, None)
 
 
 def _eager_forward(a, b, out_dtype):
     """The product of eager autograd, run with autograd off (by EagerGemm and by the
     fast path's node alike)."""
-    return api.gemm_eager(a, b, None, out_dtype, None)
+    return plans.gemm_eager(a, b, None, out_dtype, None)
 
 
 def _eager_backward(grad, a, b, needs_a, needs_b):

@@ -8,13 +8,14 @@ it, and the benchmarks, which report by it.
   a buffer twice the L2's size, so operands come from HBM as a model's weights do,
   then a spin kernel keeps the GPU busy while the host queues the timed call (a
   flush alone was not always longer than queueing a swapped or split decode call,
-  and the host's time leaked into the timing: benchmarks/NOTES.md section 10). A
+  and the host's time leaked into the timing: docs/tuning-log/timing.md). A
   memset flush would leave the L2 full of dirty lines whose write-back competes with
-  the kernel timed (section 6); the suite's ``--flush write`` keeps that protocol,
-  which it used until session 14, for comparison (section 23).
+  the kernel timed (docs/tuning-log/decode.md); the suites' ``--flush write`` keeps
+  that older protocol for comparison (docs/tuning-log/timing.md).
 - **Short kernels in graphs.** Where the fastest single call takes under
   :data:`GRAPH_BELOW_MS`, launch latency is a large part of it, and only back-to-back
-  calls let a programmatic dependent launch overlap the previous kernel (section 15):
+  calls let a programmatic dependent launch overlap the previous kernel
+  (docs/tuning-log/dependent-launch.md):
   such kernels are timed again as CUDA-graph replays of back-to-back calls
   (:func:`capture_back_to_back`) over rotating operand copies
   (:func:`graph_operand_copies`).
@@ -23,8 +24,8 @@ it, and the benchmarks, which report by it.
 
 What this protocol does not show: large GEMMs called back to back, as a model's forward
 pass at large M calls them, hold an H200 at its power limit, where the clock follows
-the power each kernel draws (its HBM traffic, for one); ``benchmarks/sustained.py``
-times that regime (benchmarks/NOTES.md section 35).
+the power each kernel draws (its HBM traffic, for one); ``benchmarks/maint/sustained.py``
+times that regime (docs/tuning-log/raster-bands.md).
 """
 
 from __future__ import annotations
@@ -56,7 +57,7 @@ def relative_error(result: torch.Tensor, reference: torch.Tensor) -> float:
 
 class L2Flush:
     """What runs before each timed call: ``"read"`` (the protocol above) or
-    ``"write"`` (a 512 MiB memset, the benchmark suite's protocol through session 13)."""
+    ``"write"`` (a 512 MiB memset, the suites' older protocol)."""
 
     MODES = ("read", "write")
 
@@ -97,7 +98,7 @@ def time_in_turns(fns: dict, rounds: int, before_each, rest: float = 0.0) -> dic
     ``rest``: after each round, wait for the GPU and leave it idle ``rest`` times as
     long as the round took. Under ~0.1 s or more of back-to-back large GEMMs an H200
     drops its SM clock from 1980 to 1575-1665 MHz, and every call is then timed 8-18 %
-    slower (benchmarks/NOTES.md section 23); resting keeps the clocks where a short
+    slower (docs/tuning-log/timing.md); resting keeps the clocks where a short
     burst of calls (the suite's timing of most shapes) finds them. The first large
     kernel after a rest ran up to 30 % slower than its twin later in the round (the
     clocks come back from the idle), so with ``rest`` each round starts with an
@@ -134,7 +135,7 @@ def capture_back_to_back(fn, operands: list, calls: int) -> tuple[torch.cuda.CUD
     """A CUDA graph of ``calls`` back-to-back calls ``fn(*operands[i % len(operands)])``,
     and (operand index, result) of the last call on each operand copy, to check after
     replays (a replay reuses captured addresses, e.g. a split-K workspace, that an
-    eager call never sees: benchmarks/NOTES.md section 7)."""
+    eager call never sees: docs/tuning-log/split-k.md)."""
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):  # a first call off the capture stream, as torch's graph docs ask

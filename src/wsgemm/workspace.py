@@ -15,7 +15,7 @@ These kept workspaces are allocated on a helper thread. Inductor's CUDA-graph tr
 (``torch.compile(mode="reduce-overhead")``) warm a graph up on a stream of their own
 with every allocation of the warming thread routed into the graph's memory pool, and
 then check that nothing in the pool outlives the call but its outputs: a workspace
-kept from there failed that check (benchmarks/NOTES.md section 58). The routing is
+kept from there failed that check (docs/tuning-log/host-overhead.md). The routing is
 per thread, so the helper's allocations stay in the ordinary pool, on the caller's
 stream (the memset of the flags queued there, ahead of the caller's launch).
 
@@ -27,7 +27,7 @@ the life of the process: replacing it or sharing it with another capture would l
 later allocation or another graph scribble on it. Within the capture those calls run
 in stream order, like eager calls on one stream. (A workspace per captured call puts
 a memset node in front of every split-K call of a graph: about 1 us more per call on
-an H200, benchmarks/NOTES.md section 25.) Where the driver cannot name the capture,
+an H200, docs/tuning-log/split-k.md.) Where the driver cannot name the capture,
 each captured call does get its own workspace. So do calls through the
 ``torch.ops.wsgemm.gemm`` operator (``operator_calls``, or ``through_operator`` from
 its C++ kernel's launches): the graphs they are captured
@@ -52,7 +52,7 @@ _lock = threading.RLock()  # re-entered when a captured workspace is grown and k
 _operator = threading.local()  # .active: inside operator_calls()
 _helper = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="wsgemm-workspace")
 # The current stream's handle: torch.cuda.current_stream() builds a Stream object
-# first (3.2 of the 5.0 us a kept workspace took on the H200's host, NOTES section 58).
+# first (3.2 of the 5.0 us a kept workspace took on the H200's host, docs/tuning-log/host-overhead.md).
 _raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
 
 

@@ -87,7 +87,7 @@ struct RememberedPlan {
   c10::ScalarType dtype = c10::ScalarType::Undefined;
   // Swapped operands (decode shapes): the kernel computes D^T = B^T A^T, called with
   // transposed views of b, a and the result (three Python .t() calls cost ~2.6 us on
-  // the H200's host, benchmarks/NOTES.md section 58).
+  // the H200's host, docs/tuning-log/host-overhead.md).
   bool swapped = false;
   // Split-K and stream-K plans: workspace(through_operator) -> (flags, partials), for
   // the current stream (wsgemm.workspace.split_k_workspace); None otherwise.
@@ -366,8 +366,8 @@ py::object call(py::handle a, py::handle b, py::handle read_before_wait) {
 
 // A cached call of wsgemm.gemm(a, weight.t(), ...), as wsgemm.nn.Linear makes it
 // with its (out_features, in_features) weight. The transposed view made here costs
-// a fraction of Python's weight.t() (~1.5 us on the development CPU, NOTES section
-// 60); it is an ordinary view, recorded by autograd like Python's. None as for
+// a fraction of Python's weight.t() (~1.5 us on the development CPU;
+// docs/tuning-log/host-overhead.md); it is an ordinary view, recorded by autograd like Python's. None as for
 // call(), and for a weight that is not a plain tensor (a subclass may define t()).
 py::object call_transposed(py::handle a, py::handle weight, py::handle read_before_wait) {
   if (!plain_tensor(weight.ptr()) || THPVariable_Unpack(weight.ptr()).dim() != 2) {

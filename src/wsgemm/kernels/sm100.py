@@ -38,10 +38,11 @@ from cutlass import Boolean, Int32
 from cutlass.cute.nvgpu import cpasync, tcgen05
 
 from .. import config as cfg
-from .common import scheduler
+from ..grid import ceil_div
 from .common.base import GemmKernelBase
 from .common.epilogue import tma_store_subtile
-from .common.pipeline import AccRing, SmemRing, empty_arrivals, produce_k_blocks, publish_barrier_init, release_mask
+from .common.pipeline import AccRing, SmemRing, produce_k_blocks, publish_barrier_init
+from .common.stages import empty_arrivals, release_mask
 from .common.views import gemm_views
 
 EPILOGUE_WARPS = (0, 1, 2, 3)  # tcgen05.ld: warp w reads TMEM lanes 32*(w%4) .. +31
@@ -133,15 +134,15 @@ class Sm100Gemm(GemmKernelBase):
         self.smem_bytes = SharedStorage.size_in_bytes()
         self.tx_bytes = tx_bytes
 
-        tiles_m = scheduler.ceil_div(m, cta_tile[0])
-        tiles_n = scheduler.ceil_div(n, cta_tile[1])
+        tiles_m = ceil_div(m, cta_tile[0])
+        tiles_n = ceil_div(n, cta_tile[1])
         self.kernel(
             tiled_mma, cluster_vmnk, tma_a, tma_tensor_a, tma_b, tma_tensor_b, tma_d, tma_tensor_d,
             a_smem, b_smem, d_smem, epi_tile, tx_bytes,
-            scheduler.ceil_div(tiles_m, self.config.cluster_m),
-            scheduler.ceil_div(tiles_n, self.config.cluster_n),
+            ceil_div(tiles_m, self.config.cluster_m),
+            ceil_div(tiles_n, self.config.cluster_n),
             batches,
-            scheduler.ceil_div(k, self.mma_tiler[2]),
+            ceil_div(k, self.mma_tiler[2]),
         ).launch(
             grid=(self.config.cluster_m, self.config.cluster_n, num_clusters),
             block=(THREADS, 1, 1),

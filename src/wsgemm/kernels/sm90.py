@@ -52,11 +52,13 @@ import cutlass.utils.hopper_helpers as sm90_helpers
 from cutlass import Boolean, Int32
 
 from .. import config as cfg
+from ..grid import ceil_div
 from .. import hardware
 from .common import scheduler, split_k, stages
 from .common.base import GemmKernelBase
 from .common.epilogue import tma_store_subtile
-from .common.pipeline import SmemRing, empty_arrivals, produce_k_blocks, publish_barrier_init, release_mask
+from .common.pipeline import SmemRing, produce_k_blocks, publish_barrier_init
+from .common.stages import empty_arrivals, release_mask
 from .common.views import gemm_views
 
 # Named barrier 0 is __syncthreads; the consumers' epilogue rendezvous uses 1 (with
@@ -200,11 +202,11 @@ class Sm90Gemm(GemmKernelBase):
         self.a_stage_bytes = cute.size_in_bytes(self.ab_dtype, a_smem_one)
         self.b_stage_bytes = cute.size_in_bytes(self.ab_dtype, b_smem_one)
 
-        tiles_m = scheduler.ceil_div(m, self.tile_mnk[0])
-        tiles_n = scheduler.ceil_div(n, self.tile_mnk[1])
-        clusters_m = scheduler.ceil_div(tiles_m, self.config.cluster_m)
-        clusters_n = scheduler.ceil_div(tiles_n, self.config.cluster_n)
-        k_blocks = scheduler.ceil_div(k, self.tile_mnk[2])
+        tiles_m = ceil_div(m, self.tile_mnk[0])
+        tiles_n = ceil_div(n, self.tile_mnk[1])
+        clusters_m = ceil_div(tiles_m, self.config.cluster_m)
+        clusters_n = ceil_div(tiles_n, self.config.cluster_n)
+        k_blocks = ceil_div(k, self.tile_mnk[2])
 
         self.kernel(
             tiled_mma,
@@ -326,8 +328,8 @@ class Sm90Gemm(GemmKernelBase):
         # rows in 2x1 clusters, a CTA of each last-row cluster has an A box that is all
         # padding. TMA zero-fills such a box slowly, and the CTA's partner waits for it
         # through the B tile they share (on an H200, one half-empty cluster row made
-        # 384x4096x8192 slower than four full ones at the same work; benchmarks/NOTES.md
-        # section 26). The box is skipped and not announced; the consumers' products of
+        # 384x4096x8192 slower than four full ones at the same work; docs/tuning-log/
+        # packaged-table.md). The box is skipped and not announced; the consumers' products of
         # whatever the slot held land in rows past M, which the epilogue never stores.
         # B tiles past N likewise where clusters pad along N (``operand_loads_of_tile``).
 
@@ -473,8 +475,8 @@ class Sm90Gemm(GemmKernelBase):
         unit is split alike, so that all tiles sum the same k-ranges in the same order:
         all of them (fewer units than clusters: one wave) or none (whole waves); a
         launch that splits only its last wave keeps its tiles in place."""
-        tiles_m = scheduler.ceil_div(m, self.tile_mnk[0])
-        tiles_n = scheduler.ceil_div(n, self.tile_mnk[1])
+        tiles_m = ceil_div(m, self.tile_mnk[0])
+        tiles_n = ceil_div(n, self.tile_mnk[1])
         if not self.moves_edge_tiles:
             return tiles_m, tiles_n, 0, 0
         spec = self.spec
@@ -502,7 +504,7 @@ class Sm90Gemm(GemmKernelBase):
         # From the warp index, which the kernel made warp-uniform: the ring position and
         # slot arithmetic derived from it then stays in uniform registers, where wgmma
         # reads its shared-memory descriptors (from the thread index, every descriptor
-        # took four R2UR moves; benchmarks/NOTES.md section 20).
+        # took four R2UR moves; docs/tuning-log/pingpong.md).
         consumer_wg = warp // hardware.WARPS_PER_WARPGROUP - 1
         if cutlass.const_expr(self.config.dependent_launch):
             # The consumers' first global access (D, the split-K workspace) follows a
@@ -679,7 +681,7 @@ class Sm90Gemm(GemmKernelBase):
     def trace_point(self, point: "TracePoint", scratch: cute.Tensor, k_blocks_so_far=0, after=None):
         """A named moment of a CTA's timeline; emits no code here.
 
-        ``benchmarks/kernel_timeline.py`` builds a subclass that records
+        ``benchmarks/maint/kernel_timeline.py`` builds a subclass that records
         ``%globaltimer`` at each point into ``scratch`` (the split-K flags argument,
         which a ``split_k = 1`` kernel never touches), to measure where a CTA's time
         goes: launch to first data, the steady k-block rate, the epilogue.

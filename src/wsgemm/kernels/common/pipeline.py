@@ -16,7 +16,7 @@ Which slot and which parity a hand-over uses come from the pure functions in
 :mod:`.stages`, shared with the CPU pipeline model; the k-loops step that position
 with :meth:`SmemRing.next_slot` instead of dividing a count. Roles keep the plain
 ``Int32`` loop state; nothing here owns it. Which CTAs a release must reach comes from
-:func:`release_mask`, which the host-side protocol check (:mod:`.protocol`)
+:func:`.stages.release_mask`, which the host-side protocol check (:mod:`.protocol`)
 enumerates with plain ints.
 """
 
@@ -29,24 +29,6 @@ from cutlass import Boolean, Int32
 from ...config import Lookahead
 from . import stages
 
-
-def release_mask(cta_m, cta_n, cluster_m: int, cluster_n: int, pair: int = 1):
-    """Cluster CTAs (as a bit mask of ranks ``m + n * cluster_m``) whose ring slots a
-    consumer of CTA (cta_m, cta_n) must release.
-
-    A is multicast along cluster rows and B along cluster columns, so the data this
-    consumer read came from its own row(s) and its own column. With a 2-CTA MMA
-    (``pair == 2``) the MMA of a CTA pair reads both CTAs' shared memory, so both
-    rows of the pair count. Plain integer arithmetic: runs on ints and DSL values.
-    """
-    first_row = (cta_m // pair) * pair
-    mask = 0
-    for v in range(pair):
-        for n in range(cluster_n):
-            mask = mask | (1 << (first_row + v + n * cluster_m))
-    for m in range(cluster_m):
-        mask = mask | (1 << (m + cta_n * cluster_m))
-    return mask
 
 
 @cute.jit
@@ -61,16 +43,6 @@ def publish_barrier_init(cluster_size: cutlass.Constexpr):
     else:
         cute.arch.sync_threads()
 
-
-def empty_arrivals(cluster_m: int, cluster_n: int, pair: int, arrivals_per_release: int) -> int:
-    """Arrivals that complete one phase of an ``empty`` barrier.
-
-    CTA (m, n) is released by every MMA group whose :func:`release_mask` contains it:
-    the ``cluster_n`` groups of its row plus the ``cluster_m / pair`` groups of its
-    column, minus its own, counted twice. SM90: each consumer warp releases
-    (``arrivals_per_release`` = consumer warps); SM100: one ``tcgen05.commit``.
-    """
-    return (cluster_n + cluster_m // pair - 1) * arrivals_per_release
 
 
 class SmemRing:
@@ -106,7 +78,7 @@ class SmemRing:
     # itself. The same pair follows from a running count (``stages.stage_index`` and
     # the parity functions), but with a ring depth that is not a power of two that is a
     # division (IMAD.HI and LEA.HI in SASS) in every k-block of the loop
-    # (benchmarks/NOTES.md sections 21 and 24).
+    # (docs/tuning-log/pingpong.md and docs/tuning-log/tile-shapes.md).
 
     def producer_start(self):
         """(slot, parity) of the producer's first hand-over: slot 0 on lap 0, whose
@@ -186,7 +158,7 @@ class SmemRing:
         """SM90: one arrival on ``empty[slot]`` of cluster CTA ``lane`` per signalling lane.
 
         Each consumer warp calls this with all its lanes; lane i signals cluster CTA i
-        when CTA i is in this CTA's :func:`release_mask` (``lane_signals``), so one
+        when CTA i is in this CTA's :func:`.stages.release_mask` (``lane_signals``), so one
         warp instruction releases the slot everywhere it has to.
         """
         if lane_signals:

@@ -3,11 +3,11 @@
 An mbarrier whose expected arrival count differs from the arrivals the code issues
 per phase never completes (a hang) or completes early (a race). This module counts
 the arrivals each role issues for a configuration -- by enumerating every CTA of the
-cluster and asking the same :func:`.pipeline.release_mask` the kernels call whom it
+cluster and asking the same :func:`.stages.release_mask` the kernels call whom it
 signals -- and compares them with the counts the kernels initialise the barriers
-with (:func:`.pipeline.empty_arrivals` and the fixed counts of ``SmemRing`` and
-``AccRing``). ``make_spec`` runs it for every spec; the tests run it over the
-compile matrix and on deliberately wrong counts.
+with (:func:`.stages.empty_arrivals` and the fixed counts of ``SmemRing`` and
+``AccRing``). Every kernel is checked before it is built (``compile._kernel_builder``);
+the tests run it over the compile matrix and on deliberately wrong counts.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from ... import hardware
 from ...config import KernelSpec, cta_pair, tile_warpgroups
 from ...errors import ConfigError
-from .pipeline import empty_arrivals, release_mask
+from .stages import empty_arrivals, release_mask
 
 SM100_EPILOGUE_WARPS = 4
 

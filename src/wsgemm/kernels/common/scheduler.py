@@ -19,16 +19,12 @@ in the kernels.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Iterator, NamedTuple
 
 import cutlass
 
+from ...grid import TileGrid, work_items
 from . import split_k, stream_k
-
-
-def ceil_div(a, b):
-    return (a + b - 1) // b
 
 
 def cluster_coord_of_work(work, clusters_m, clusters_n, along_m: bool, swizzle: int):
@@ -83,7 +79,7 @@ def edge_tile_offset(tile, tiles, overhang):
     Why: TMA fills the rows of a box that lie past the tensor's edge with zeros, and
     on an H200 a box straddling the edge is slow. 128x128 tiles at 576x2560x8192
     (whose last tile row holds 64 rows) ran 61.1 us against 45.7 at 640x2560x8192,
-    the same grid with every box inside (benchmarks/NOTES.md section 27). The moved
+    the same grid with every box inside (docs/tuning-log/tile-shapes.md). The moved
     tile recomputes rows its neighbour also computes, with the same instructions in
     the same order, and stores the same values over them.
     """
@@ -123,103 +119,26 @@ class Piece(NamedTuple):
     flag: int
 
 
-@dataclass(frozen=True)
-class TileGrid:
-    """Host-side description of the work of one launch (plain Python)."""
+def cta_pieces(grid: TileGrid, cluster: int, clusters: int, cta_m: int, cta_n: int,
+               k_blocks: int) -> Iterator[Piece]:
+    """The pieces CTA ``(cta_m, cta_n)`` of cluster ``cluster`` runs, in order: the
+    kernel's own walk (``piece_of_step``), with output tile coordinates."""
+    steps = steps_of_cluster(cluster, grid.units, clusters, k_blocks, grid.split_k, grid.stream_k)
+    for step in range(steps):
+        unit, *rest = piece_of_step(step, cluster, grid.units, clusters, k_blocks, grid.split_k, grid.stream_k)
+        cm, cn, batch = cluster_coord_of_work(unit, grid.clusters_m, grid.clusters_n, grid.along_m, grid.swizzle)
+        yield Piece(cm * grid.cluster_m + cta_m, cn * grid.cluster_n + cta_n, batch, *rest)
 
-    tiles_m: int
-    tiles_n: int
-    batches: int
-    cluster_m: int = 1
-    cluster_n: int = 1
-    along_m: bool = True
-    swizzle: int = 1
-    split_k: int = 1  # work items per output tile (kernels/common/split_k.py)
-    stream_k: bool = False  # the last wave's k-blocks dealt out evenly (kernels/common/stream_k.py)
 
-    @classmethod
-    def for_problem(cls, m: int, n: int, batches: int, config) -> "TileGrid":
-        from ...config import Raster
+def cta_work(grid: TileGrid, cluster: int, clusters: int, cta_m: int, cta_n: int) -> Iterator[tuple[int, ...]]:
+    """``(tile_m, tile_n, batch, split, splits)`` of the work items CTA ``(cta_m, cta_n)``
+    of cluster ``cluster`` visits, in order; ``splits`` is 1 for a whole tile (always,
+    without split-K).
 
-        return cls(
-            ceil_div(m, config.tile_m),
-            ceil_div(n, config.tile_n),
-            batches,
-            config.cluster_m,
-            config.cluster_n,
-            config.raster == Raster.ALONG_M,
-            config.swizzle,
-            config.split_k,
-            config.stream_k,
-        )
-
-    @property
-    def clusters_m(self) -> int:
-        return ceil_div(self.tiles_m, self.cluster_m)
-
-    @property
-    def clusters_n(self) -> int:
-        return ceil_div(self.tiles_n, self.cluster_n)
-
-    @property
-    def units(self) -> int:
-        """Work units: cluster-sized groups of output tiles, including the padding up
-        to whole clusters (the kernel loads zeros there and stores nothing)."""
-        return self.clusters_m * self.clusters_n * self.batches
-
-    def work_items(self, clusters: int) -> int:
-        """Work items on a persistent grid of ``clusters`` (split-K adds the splits of
-        the last wave's tiles, see ``split_k``)."""
-        return split_k.work_items(self.units, clusters, self.split_k)
-
-    def launch_clusters(self, max_active_clusters: int) -> int:
-        """Persistent grid size: never more clusters than work, nor than fit at once.
-
-        The split tail the kernel derives from this grid (``units % clusters``) is the
-        one ``max_active_clusters`` gives: a grid smaller than that only happens when
-        every unit is in the tail either way. Stream-K fills every resident cluster
-        (the kernel leaves out those past one k-block each).
-        """
-        if self.stream_k:
-            return max(1, max_active_clusters)
-        return max(1, min(self.work_items(max_active_clusters), max_active_clusters))
-
-    def split_tiles(self, clusters: int) -> int:
-        """CTA tiles whose K range is split (or streamed) on a grid of ``clusters``:
-        what the workspace's flags are sized by."""
-        tail = self.units % clusters if self.split_k > 1 or self.stream_k else 0
-        return tail * self.cluster_m * self.cluster_n
-
-    def workspace_elems(self, clusters: int, tile_m: int, tile_n: int) -> tuple[int, int]:
-        """(int32 flags, fp32 partial-sum elements) of a launch on ``clusters``;
-        (0, 0) when nothing is split or streamed."""
-        if self.stream_k:
-            return stream_k.workspace_elems(self.split_tiles(clusters), clusters, self.cluster_m * self.cluster_n,
-                                            tile_m, tile_n)
-        return split_k.workspace_elems(self.split_tiles(clusters), self.split_k, tile_m, tile_n)
-
-    def cta_pieces(self, cluster: int, clusters: int, cta_m: int, cta_n: int, k_blocks: int) -> Iterator[Piece]:
-        """The pieces CTA ``(cta_m, cta_n)`` of cluster ``cluster`` runs, in order: the
-        kernel's own walk (``piece_of_step``), with output tile coordinates."""
-        steps = steps_of_cluster(cluster, self.units, clusters, k_blocks, self.split_k, self.stream_k)
-        for step in range(steps):
-            unit, *rest = piece_of_step(step, cluster, self.units, clusters, k_blocks, self.split_k,
-                                        self.stream_k)
-            cm, cn, batch = cluster_coord_of_work(unit, self.clusters_m, self.clusters_n, self.along_m,
-                                                  self.swizzle)
-            yield Piece(cm * self.cluster_m + cta_m, cn * self.cluster_n + cta_n, batch, *rest)
-
-    def cta_work(self, cluster: int, clusters: int, cta_m: int, cta_n: int) -> Iterator[tuple[int, ...]]:
-        """``(tile_m, tile_n, batch, split, splits)`` of the work items CTA
-        ``(cta_m, cta_n)`` of cluster ``cluster`` visits, in order; ``splits`` is 1 for
-        a whole tile (always, without split-K).
-
-        Includes the padding tiles past the edge when the tile count is not a
-        multiple of the cluster shape (the kernel loads zeros there and stores nothing).
-        """
-        for work in range(cluster, self.work_items(clusters), clusters):
-            unit, split, splits, _ = split_k.item_of_work(work, self.units, clusters, self.split_k)
-            cm, cn, batch = cluster_coord_of_work(
-                unit, self.clusters_m, self.clusters_n, self.along_m, self.swizzle
-            )
-            yield cm * self.cluster_m + cta_m, cn * self.cluster_n + cta_n, batch, split, splits
+    Includes the padding tiles past the edge when the tile count is not a multiple of
+    the cluster shape (the kernel loads zeros there and stores nothing).
+    """
+    for work in range(cluster, work_items(grid.units, clusters, grid.split_k), clusters):
+        unit, split, splits, _ = split_k.item_of_work(work, grid.units, clusters, grid.split_k)
+        cm, cn, batch = cluster_coord_of_work(unit, grid.clusters_m, grid.clusters_n, grid.along_m, grid.swizzle)
+        yield cm * grid.cluster_m + cta_m, cn * grid.cluster_n + cta_n, batch, split, splits

@@ -48,22 +48,12 @@ import cutlass
 import cutlass.cute as cute
 from cutlass import Int32, Int64
 
+from ...grid import work_items
+
 
 # --------------------------------------------------------------------------------------
 # Integer arithmetic shared by host and device (Python ints or DSL Int32)
 # --------------------------------------------------------------------------------------
-
-def tail_units(units, clusters, splits: int):
-    """Work units left over for a last, partial wave: the ones that are split."""
-    if splits == 1:
-        return 0
-    return units % clusters
-
-
-def work_items(units, clusters, splits: int):
-    """Work items of a launch: the whole units, plus ``splits`` items per tail unit."""
-    return units + tail_units(units, clusters, splits) * (splits - 1)
-
 
 def item_of_work(work, units, clusters, splits: int):
     """(unit, split, splits of that unit, index of the unit in the tail) of linear work
@@ -111,14 +101,6 @@ def piece_of_step(step, cluster, units, clusters, k_blocks, splits: int):
     publish_slot = is_split * (1 - is_last) * (first_slot + split + 1) - 1
     waits = is_split * is_last * (splits - 1)
     return unit, kb_first, kb_count, publish_slot, waits, first_slot, tail_index
-
-
-def workspace_elems(split_tiles: int, splits: int, tile_m: int, tile_n: int) -> tuple[int, int]:
-    """(int32 flags, fp32 partial-sum elements) a launch that splits ``split_tiles``
-    CTA tiles (tail units times CTAs per cluster) needs."""
-    if splits <= 1 or split_tiles == 0:
-        return 0, 0
-    return split_tiles, split_tiles * (splits - 1) * tile_m * tile_n
 
 
 # --------------------------------------------------------------------------------------

@@ -1,7 +1,7 @@
 """Stage and phase arithmetic of an N-stage shared-memory ring.
 
 Pure functions of a running counter, so that the same code runs in three places:
-on plain Python ints in the CPU pipeline model (``wsgemm.model``), on DSL ``Int32``
+on plain Python ints in the CPU pipeline model (``wsgemm.pipeline_sim``), on DSL ``Int32``
 values inside the kernels, and in the tests that check one against the other.
 
 Every role has one running count per ring: the number of stages it has handed over
@@ -45,3 +45,38 @@ def empty_wait_parity(count, num_stages: int):
     lap L >= 1 it waits for the consumers' L-th release, phase L-1, parity (L-1)&1.
     """
     return (ring_lap(count, num_stages) & 1) ^ 1
+
+
+# Which CTAs of a cluster a release reaches, and how many releases an empty barrier
+# counts: plain integer arithmetic that the kernels, the host-side protocol check and
+# the pipeline simulator share.
+
+
+def release_mask(cta_m, cta_n, cluster_m: int, cluster_n: int, pair: int = 1):
+    """Cluster CTAs (as a bit mask of ranks ``m + n * cluster_m``) whose ring slots a
+    consumer of CTA (cta_m, cta_n) must release.
+
+    A is multicast along cluster rows and B along cluster columns, so the data this
+    consumer read came from its own row(s) and its own column. With a 2-CTA MMA
+    (``pair == 2``) the MMA of a CTA pair reads both CTAs' shared memory, so both
+    rows of the pair count. Plain integer arithmetic: runs on ints and DSL values.
+    """
+    first_row = (cta_m // pair) * pair
+    mask = 0
+    for v in range(pair):
+        for n in range(cluster_n):
+            mask = mask | (1 << (first_row + v + n * cluster_m))
+    for m in range(cluster_m):
+        mask = mask | (1 << (m + cta_n * cluster_m))
+    return mask
+
+
+def empty_arrivals(cluster_m: int, cluster_n: int, pair: int, arrivals_per_release: int) -> int:
+    """Arrivals that complete one phase of an ``empty`` barrier.
+
+    CTA (m, n) is released by every MMA group whose :func:`release_mask` contains it:
+    the ``cluster_n`` groups of its row plus the ``cluster_m / pair`` groups of its
+    column, minus its own, counted twice. SM90: each consumer warp releases
+    (``arrivals_per_release`` = consumer warps); SM100: one ``tcgen05.commit``.
+    """
+    return (cluster_n + cluster_m // pair - 1) * arrivals_per_release

@@ -38,13 +38,6 @@ from __future__ import annotations
 import cutlass
 
 
-def fits_int32(units, clusters: int, k_blocks: int) -> bool:
-    """The kernels multiply (tail k-blocks) by (streaming clusters) in 32-bit
-    integers: true when that cannot overflow (132 clusters and K up to ~1M do)."""
-    tail = units % clusters
-    return (tail * k_blocks + k_blocks) * clusters < 2**31
-
-
 def _at_least(x, y):
     """1 if x >= y else 0, without a branch."""
     return cutlass.min(cutlass.max(x - y + 1, 0), 1)
@@ -106,11 +99,3 @@ def piece_of_step(step, cluster, units, clusters, k_blocks):
     publish_slot = is_contributor * (cluster + 1) - 1
     waits = in_tail * (1 - is_contributor) * count
     return unit, kb_first, kb_count, publish_slot, waits, first_slot, tile
-
-
-def workspace_elems(tail_tiles: int, clusters: int, ctas: int, tile_m: int, tile_n: int) -> tuple[int, int]:
-    """(int32 flags, fp32 partial-sum elements): a flag per tail CTA tile, a slot per
-    CTA of every cluster (at most one contributor piece each)."""
-    if tail_tiles == 0:
-        return 0, 0
-    return tail_tiles, clusters * ctas * tile_m * tile_n

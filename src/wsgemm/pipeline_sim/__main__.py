@@ -1,4 +1,4 @@
-"""``python -m wsgemm.model``: check both kernels' pipelines under every look-ahead
+"""``python -m wsgemm.pipeline_sim``: check both kernels' pipelines under every look-ahead
 policy, show that planted bugs are caught, and print (optionally draw) the timeline
 model. Runs on any machine in about 30 seconds (``--quick``: about 8)."""
 
@@ -133,7 +133,7 @@ def show_timelines(png_dir: Path | None) -> None:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m wsgemm.model", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m wsgemm.pipeline_sim", description=__doc__)
     parser.add_argument("--quick", action="store_true", help="smallest sizes only (a few seconds)")
     parser.add_argument("--png-dir", type=Path, help="write a Gantt chart per structure here")
     args = parser.parse_args(argv)

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from .. import hardware
 from ..config import Lookahead
-from ..kernels.common.pipeline import empty_arrivals
+from ..kernels.common.stages import empty_arrivals
 
 
 class Structure(str, enum.Enum):

@@ -157,7 +157,7 @@ def format_report(timelines: list[Timeline]) -> str:
     """A table: per run, the makespan, tensor-core use and the producer's stalls."""
     header = (f"{'policy':12} {'makespan us':>11} {'tensor core busy':>16} {'producer stall us':>17} "
               f"{'hidden':>7} {'refill latency us':>17}")
-    lines = ["MODEL, not a measurement (latencies: wsgemm.model.timeline.Latencies, measured or assumed)",
+    lines = ["MODEL, not a measurement (latencies: wsgemm.pipeline_sim.timeline.Latencies, measured or assumed)",
              header]
     for t in timelines:
         hidden = t.producer_stall_hidden_us / t.producer_stall_us if t.producer_stall_us else 1.0

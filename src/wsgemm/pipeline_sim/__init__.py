@@ -11,7 +11,7 @@
 * :mod:`.timeline` -- a discrete-event simulation under assumed latencies, with a
   Gantt chart per look-ahead policy. A model, not a measurement.
 
-``python -m wsgemm.model`` runs all of it and prints a summary; docs/pipeline-model.md
+``python -m wsgemm.pipeline_sim`` runs all of it and prints a summary; docs/pipeline-sim.md
 explains what it proves and what it assumes.
 """
 

@@ -1,4 +1,4 @@
-"""The timeline model: sane numbers, the conclusions docs/pipeline-model.md draws from
+"""The timeline model: sane numbers, the conclusions docs/pipeline-sim.md draws from
 it, and a small Gantt chart."""
 
 import struct
@@ -7,7 +7,7 @@ from dataclasses import replace
 import pytest
 
 from wsgemm.config import Lookahead
-from wsgemm.model import (
+from wsgemm.pipeline_sim import (
     Fault,
     Latencies,
     PipelineSpec,

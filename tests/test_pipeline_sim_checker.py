@@ -9,8 +9,8 @@ from hypothesis import strategies as st
 
 from wsgemm.config import Lookahead
 from wsgemm.kernels.common import stages
-from wsgemm.kernels.common.pipeline import empty_arrivals
-from wsgemm.model import (
+from wsgemm.kernels.common.stages import empty_arrivals
+from wsgemm.pipeline_sim import (
     Fault,
     PipelineSpec,
     Structure,
@@ -20,8 +20,8 @@ from wsgemm.model import (
     explore_randomly,
     fault_applies,
 )
-from wsgemm.model.__main__ import main as model_main
-from wsgemm.model.ops import Arrive, ArriveExpectTx, TmaLoad, TryWait, Wait
+from wsgemm.pipeline_sim.__main__ import main as model_main
+from wsgemm.pipeline_sim.ops import Arrive, ArriveExpectTx, TmaLoad, TryWait, Wait
 
 POLICIES = list(Lookahead)
 # (stages, tiles, k_blocks): small enough to enumerate every interleaving.

@@ -5,7 +5,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from wsgemm.model.mbarrier import EarlyArrivalError, Mbarrier, OverArrivalError, WouldBlock
+from wsgemm.pipeline_sim.mbarrier import EarlyArrivalError, Mbarrier, OverArrivalError, WouldBlock
 
 
 def test_fresh_barrier_counts_the_phase_before_phase_0_as_complete():
