@@ -5,17 +5,23 @@ disk cache (cold: every kernel compiled), then again in a new process with the
 cache it left (warm: kernels loaded from disk), and reports the time of each
 kernel and of the first ``gemm`` call.
 
-    python benchmarks/bench_compile.py
+    python -m benchmarks.bench_compile [OUT]
+
+Prints a table and writes ``cold_start.md`` and ``cold_start.json`` to ``OUT``
+(default ``benchmarks/results/``).
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
+
+RESULTS = Path(__file__).resolve().parent / "results"  # no harness import: the children time a cold import
 
 CHILD = r"""
 import json, sys, time
@@ -41,7 +47,11 @@ def run_child(cache: str) -> dict:
     return json.loads(r.stdout.strip().splitlines()[-1])
 
 
-def main() -> int:
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="python -m benchmarks.bench_compile", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("out", nargs="?", type=Path, default=RESULTS, help="output folder (default: benchmarks/results/)")
+    args = p.parse_args(argv)
     with tempfile.TemporaryDirectory() as cache:
         cold = run_child(cache)
         warm = run_child(cache)
@@ -55,10 +65,8 @@ def main() -> int:
                      + " | ".join(f"{v:.2f}" for v in r["per_shape_s"].values()) + f" | {r['first_call_s']:.2f} |")
     lines += ["", "cold: fresh process, empty disk cache; warm: fresh process, the cache the cold run left. "
               "The C++ fast path is built once per PyTorch version (cold) and loaded after (warm).",
-              "Regenerate: `python benchmarks/bench_compile.py`"]
-    out = Path(__file__).parent / "results"
-    if len(sys.argv) > 1:
-        out = Path(sys.argv[1])
+              "Regenerate: `python -m benchmarks.bench_compile`"]
+    out = args.out
     out.mkdir(parents=True, exist_ok=True)
     (out / "cold_start.json").write_text(json.dumps(report, indent=2) + "\n")
     (out / "cold_start.md").write_text("\n".join(lines) + "\n")

@@ -4,9 +4,16 @@ Times ``--calls`` back-to-back calls with a host clock and synchronizes once at 
 end, so the number is what the CPU spends per call (launch included) while the GPU
 keeps up; the GEMMs are tiny and the loop shorter than the launch queue, so the GPU
 never throttles it. Median of ``--repeats`` such loops. Rows marked "parts" time
-the pieces of a cached call on their own.
+the pieces of a cached call on their own. ``--decode`` times decode-sized calls
+(Llama-3 8B's projections at one token), whose plans swap A and B or split K, and
+``nn.Linear`` layers beside them.
 
-    python benchmarks/bench_overhead.py
+    python -m benchmarks.bench_overhead
+    python -m benchmarks.bench_overhead --decode --calls 100
+
+Prints a table and writes ``results/host_overhead.md`` (``host_overhead_decode.md``
+with ``--decode``) and the report beside it (``--out`` elsewhere). What the numbers
+have shown over time: docs/tuning-log/host-overhead.md.
 """
 
 from __future__ import annotations
@@ -20,13 +27,12 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_gemm import environment, write_results  # noqa: E402
-
-import wsgemm  # noqa: E402
-import wsgemm.fast_path  # noqa: E402
-import wsgemm.api  # noqa: E402
-import wsgemm.nn  # noqa: E402
+import wsgemm
+import wsgemm.api
+import wsgemm.fast_path
+import wsgemm.nn
+from benchmarks.harness import RESULTS, environment, write_results
+from wsgemm import plans
 
 
 def per_call_us(impls: dict, calls: int, repeats: int) -> dict:
@@ -56,10 +62,10 @@ def per_call_us(impls: dict, calls: int, repeats: int) -> dict:
 
 
 def python_kernels_twin():
-    """``torch.ops.wsgemm.gemm`` as registered before session 42: the same schema and
-    fake, with the backend kernel (``wsgemm.ops._gemm_kernel``) and the autograd
-    formula (``torch.library.register_autograd``) in Python, on the same kernel path:
-    what the C++ registrations of the fast path save per call."""
+    """``torch.ops.wsgemm.gemm`` as it was registered before its kernels moved to C++:
+    the same schema and fake, with the backend kernel (``wsgemm.ops._gemm_kernel``) and
+    the autograd formula (``torch.library.register_autograd``) in Python, on the same
+    kernel path: what the C++ registrations of the fast path save per call."""
     from wsgemm import ops
 
     library = torch.library.Library("wsgemm_bench", "DEF")
@@ -78,17 +84,18 @@ def fresh_workspaces():
     call does (``wsgemm.workspace``)."""
     from wsgemm import workspace
 
-    kept = wsgemm.api.split_k_workspace
-    wsgemm.api.split_k_workspace = lambda device, flags, partials, *_: workspace._grown(None, device, flags, partials)
+    kept = plans.split_k_workspace
+    plans.split_k_workspace = lambda device, flags, partials, *_: workspace._grown(None, device, flags, partials)
     try:
         yield
     finally:
-        wsgemm.api.split_k_workspace = kept
+        plans.split_k_workspace = kept
 
 
-class LinearBeforeSession44(wsgemm.nn.Linear):
-    """``wsgemm.nn.Linear``'s forward before session 44: the weight transposed in
-    Python, the input reshaped and the result viewed even where both are 2-D."""
+class LinearTransposingInPython(wsgemm.nn.Linear):
+    """``wsgemm.nn.Linear``'s older forward, before the fast path made the weight's
+    transposed view in C++: the weight transposed in Python, the input reshaped and the
+    result viewed even where both are 2-D (docs/tuning-log/host-overhead.md)."""
 
     def forward(self, x):
         records_autograd = torch.is_grad_enabled() and (x.requires_grad or self.weight.requires_grad)
@@ -114,10 +121,10 @@ def decode_rows(calls: int, repeats: int) -> dict:
         a = torch.randn(m, k, device="cuda").to(torch.bfloat16)
         w = torch.randn(n, k, device="cuda").to(torch.bfloat16)
         wt = w.t()
-        plan = wsgemm.api.make_plan(a, wt, None, None, None)
+        plan = plans.make_plan(a, wt, None, None, None)
         out = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
         layer = torch.nn.Linear(k, n, bias=False, device="cuda", dtype=torch.bfloat16)
-        ours, before = wsgemm.nn.Linear.from_linear(layer), LinearBeforeSession44.from_linear(layer)
+        ours, before = wsgemm.nn.Linear.from_linear(layer), LinearTransposingInPython.from_linear(layer)
         impls = {
             "torch.matmul(a, w.t())": lambda: torch.matmul(a, wt),
             "wsgemm.gemm(a, w.t())": lambda: wsgemm.gemm(a, wt),
@@ -125,7 +132,7 @@ def decode_rows(calls: int, repeats: int) -> dict:
             # What a model's layer costs: nn.Module's call, the forward, the product.
             "torch.nn.Linear(a)": lambda: layer(a),
             "wsgemm.nn.Linear(a)": lambda: ours(a),
-            "wsgemm.nn.Linear(a), its forward before session 44": lambda: before(a),
+            "wsgemm.nn.Linear(a), its older forward (w.t() in Python)": lambda: before(a),
             f"parts: Plan.run ({plan.mode}, workspace {plan.workspace})": lambda: plan.run(a, wt, None),
             "parts: the views of a swap (b.t(), a.t(), out.t())": lambda: (wt.t(), a.t(), out.t()),
             "parts: torch.empty(result) alone": lambda: torch.empty(m, n, device="cuda", dtype=torch.bfloat16),
@@ -138,9 +145,9 @@ def decode_rows(calls: int, repeats: int) -> dict:
             impls["parts: torch.cuda.is_current_stream_capturing()"] = torch.cuda.is_current_stream_capturing
             impls["parts: a fresh zeroed workspace (a captured operator call's)"] = \
                 lambda: workspace._grown(None, device, *plan.workspace)
-            # The operator's split calls before session 43 ran Plan.run with a workspace
-            # of their own even where nothing was captured.
-            impls["parts: Plan.run, a fresh workspace per call (the operator's before session 43)"] = \
+            # The operator's split calls once ran Plan.run with a workspace of their own
+            # even where nothing was captured.
+            impls["parts: Plan.run, a fresh workspace per call (the operator's older way)"] = \
                 (lambda: plan.run(a, wt, None), fresh_workspaces)
         with torch.inference_mode():
             rows[f"{m}x{n}x{k} ({plan.spec.short() if plan.spec else plan.mode})"] = per_call_us(
@@ -149,19 +156,20 @@ def decode_rows(calls: int, repeats: int) -> dict:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(prog="python -m benchmarks.bench_overhead", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
     # Fewer calls than the launch queue holds (~1024): with more, a slow GPU would
     # throttle the host loop and the number would be GPU time, not host time.
     p.add_argument("--calls", type=int, default=500)
     p.add_argument("--repeats", type=int, default=15)
     p.add_argument("--decode", action="store_true",
                    help="decode-sized calls instead (use --calls 100: each launches GPU work of 10-60 us)")
-    p.add_argument("--out", default=str(Path(__file__).parent / "results"))
+    p.add_argument("--out", default=str(RESULTS), help="output folder (default: benchmarks/results/)")
     args = p.parse_args(argv)
     if args.decode:
         return write_report(decode_rows(args.calls, args.repeats), args, "host_overhead_decode",
                             "Host time per call (decode-sized GEMMs, bf16, under inference_mode)",
-                            "python benchmarks/bench_overhead.py --decode --calls 100")
+                            "python -m benchmarks.bench_overhead --decode --calls 100")
     rows = {}
     _library, twin = python_kernels_twin()  # the library is kept: dropping it unregisters the twin
     for m, n, k in ((64, 64, 64), (128, 256, 128)):
@@ -204,20 +212,20 @@ def main(argv=None) -> int:
         wt = w.t()
         fast_path = wsgemm.fast_path.load()  # None if it could not be built (a warning said why)
         # The heuristic's plan for this call (no operand swap at these sizes).
-        plan = wsgemm.api.make_plan(a, wt, out, None, None)
+        plan = plans.make_plan(a, wt, out, None, None)
         assert plan.mode == "direct", plan.mode
         impls.update({
             "parts: w.t() alone": lambda: w.t(),
             "parts: torch.empty(result) alone": lambda: torch.empty(m, n, device="cuda", dtype=torch.bfloat16),
             "parts: a.new_empty(result) alone": lambda: a.new_empty(m, n),
-            "parts: plan signature + lookup": lambda: wsgemm.api._plans.get(wsgemm.api._signature(a, wt, out, None, None)),
+            "parts: plan signature + lookup": lambda: plans._plans.get(plans._signature(a, wt, out, None, None)),
             **({"parts: plan lookup in C++ (fast path)": lambda: fast_path.find(a, wt)} if fast_path else {}),
             "parts: TVM-FFI kernel call alone": lambda: plan.kernel(a, wt, out, plan.clusters),
-            "parts: gemm_eager(out=), no dispatch checks": lambda: wsgemm.api.gemm_eager(a, wt, out),
+            "parts: gemm_eager(out=), no dispatch checks": lambda: plans.gemm_eager(a, wt, out),
         })
         rows[f"{m}x{n}x{k}"] = per_call_us(impls, args.calls, args.repeats)
     return write_report(rows, args, "host_overhead", "Host time per call (tiny GEMMs, bf16)",
-                        "python benchmarks/bench_overhead.py")
+                        "python -m benchmarks.bench_overhead")
 
 
 def write_report(rows: dict, args, name: str, title: str, command: str) -> int:

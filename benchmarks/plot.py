@@ -1,11 +1,13 @@
-"""Render a ``benchmarks/suite.py`` result: markdown table + summary, and a PNG plot.
+"""Render a ``benchmarks.suite`` result: markdown table + summary, and a PNG plot.
 
 Needs only the JSON (and matplotlib for the plot), so results re-render on any
-machine:
+machine, archived ones too (``benchmarks/results/archive.tar.xz``, read by the name
+they are cited by):
 
-    python benchmarks/plot.py benchmarks/results/suite_llm_decode.json.gz
+    python -m benchmarks.plot benchmarks/results/suite_prefill.json.gz
 
-writes ``suite_llm_decode.md`` and ``suite_llm_decode.png`` beside the JSON.
+writes ``suite_prefill.md`` and ``suite_prefill.png`` beside the JSON. The suite
+writes both itself after every run.
 """
 
 from __future__ import annotations
@@ -16,8 +18,7 @@ import math
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from result_files import load_json  # noqa: E402
+from benchmarks.maint.result_files import load_json
 
 REFERENCE = "torch.matmul"  # every ratio is against cuBLAS
 SUBJECT = "wsgemm"  # the implementation the peak columns are about
@@ -103,7 +104,7 @@ def _timing_text(row: dict, report: dict) -> str:
 
 
 def _flush_text(protocol: dict) -> str:
-    # Reports before session 14 recorded only the size of their 512 MiB memset.
+    # Reports from before the read flush recorded only the size of their 512 MiB memset.
     return protocol.get("flush") or f"L2 flushed ({protocol['flush_bytes'] >> 20} MiB write)"
 
 
@@ -172,7 +173,7 @@ def render_markdown(report: dict) -> str:
                  if not info["ran"] and info["detail"].startswith("skipped (--impls)")]
     lines += [f"- {name}: {info['detail']}" for name, info in report["implementations"].items()
               if name not in not_asked]
-    if not_asked:  # their descriptions are in `suite.py --help` and in reports that ran them
+    if not_asked:  # their descriptions are in `python -m benchmarks.suite --help` and in reports that ran them
         lines.append(f"- not asked for (--impls): {', '.join(not_asked)}")
     failures = [
         f"- {row['label']} / {name}: {_failure_text(res)}"
@@ -190,7 +191,7 @@ def render_markdown(report: dict) -> str:
         f"GPU state before: {report['gpu_before']}; after: {report.get('gpu_after', CUT_SHORT)}. "
         + (f"Wall time {report['elapsed_s']:.0f} s." if "elapsed_s" in report else ""),
         "",
-        f"Regenerate: `{report['command']}`; re-render: `python benchmarks/plot.py <this>.json`.",
+        f"Regenerate: `{report['command']}`; re-render: `python -m benchmarks.plot <this>.json`.",
     ]
     return "\n".join(lines) + "\n"
 
@@ -287,8 +288,9 @@ def write_outputs(report: dict, json_path: Path) -> tuple[Path, Path]:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("json", type=Path, help="a result JSON written by benchmarks/suite.py (.json or .json.gz)")
+    p = argparse.ArgumentParser(prog="python -m benchmarks.plot", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("json", type=Path, help="a result JSON written by benchmarks.suite (.json or .json.gz)")
     args = p.parse_args(argv)
     report = read_report(args.json)
     for path in write_outputs(report, args.json):

@@ -1,4 +1,4 @@
-"""Named suites of GEMM problems for ``benchmarks/suite.py``.
+"""Named suites of GEMM problems for ``benchmarks.suite`` (and the tools that time its problems).
 
 A problem is ``D = A @ B`` with A (M, K) row-major (batched: (L, M, K)) and B in one
 of two layouts:
@@ -183,3 +183,10 @@ def select(suites: list[str], label_filter: str | None = None) -> list[Problem]:
         pattern = re.compile(label_filter, re.IGNORECASE)
         problems = [p for p in problems if pattern.search(p.label)]
     return problems
+
+
+def given(mnk: list[tuple[int, int, int]], weight: bool = False) -> list[Problem]:
+    """Problems of the caller's own shapes (``suite.py --shapes``), labelled
+    ``shapes/MxNxK``; B is ``W.t()`` of an (N, K) weight with ``weight``, else row-major."""
+    layout = "b_weight_t" if weight else "b_row"
+    return [Problem(f"shapes/{m}x{n}x{k}", m, n, k, layout=layout) for m, n, k in mnk]

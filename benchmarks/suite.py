@@ -1,48 +1,46 @@
-"""Benchmark suites side by side: wsgemm (heuristic and autotuned), torch.matmul (cuBLAS), Triton, QuACK.
+"""Benchmark suites side by side: wsgemm (default and autotuned), torch.matmul (cuBLAS), Triton, QuACK.
 
-    python benchmarks/suite.py --suite quick
-    python benchmarks/suite.py --suite llm --suite decode --time-budget 900
+    python -m benchmarks.suite --suite quick
+    python -m benchmarks.suite --suite llm --suite decode --time-budget 900
+    python -m benchmarks.suite --shapes 8192x8192x8192,4096x14336x4096 --weight
 
-Suites are defined in ``shapes.py``. All implementations run in one process on the
-same inputs. Protocol (``bench_gemm.py``'s, whose helpers this reuses): random normal
-inputs; each output is checked against a float32 reference before it is timed (a
-wrong or failing implementation is reported, not timed); warm-up; ``--reps`` rounds
-in which the implementations take turns, each run timed with CUDA events and
-preceded by an L2 flush (``--flush``: by default ``wsgemm.timing``'s, the autotuner's
-protocol: read twice the L2, then spin while the host queues the run; ``write``: the
-512 MiB memset used until session 14); median and p10/p90. Problems whose
-fastest run is under ``--graph-below-us`` are timed again as CUDA-graph replays of
-back-to-back calls on rotating input copies, so neither launch overhead nor an
-L2-resident weight flatters anyone; each row records the method it reports.
-The roofline references are measured in the same run (cuBLAS on 8192^3 bf16) and
-taken from NVIDIA's datasheet.
+Suites are defined in ``benchmarks/shapes.py``; ``--shapes`` times your own (B
+row-major, or with ``--weight`` the ``W.t()`` of an ``nn.Linear`` weight). All
+implementations run in one process on the same inputs. Protocol
+(``benchmarks.harness``): random normal inputs; each output is checked against a
+float32 reference before it is timed (a wrong or failing implementation is reported,
+not timed); warm-up; ``--reps`` rounds in which the implementations take turns, each
+run timed with CUDA events and preceded by an L2 flush (``--flush``: by default
+``wsgemm.timing``'s, the autotuner's protocol: read twice the L2, then spin while the
+host queues the run; ``write``: a 512 MiB memset, the older protocol); median and
+p10/p90. Problems whose fastest run is under ``--graph-below-us`` are timed again as
+CUDA-graph replays of back-to-back calls on rotating input copies, so neither launch
+overhead nor an L2-resident weight flatters anyone; each row records the method it
+reports. The roofline references are measured in the same run (cuBLAS on 8192^3 bf16)
+and taken from NVIDIA's datasheet.
 
-Writes ``<out>/<name>.json`` after every problem (a cut-short session keeps what it
-measured), then ``<name>.md`` and ``<name>.png`` (see ``plot.py``).
+Writes ``<out>/<name>.json`` after every problem (a cut-short run keeps what it
+measured), then ``<name>.md`` and ``<name>.png`` (``benchmarks/plot.py``); ``--out``
+defaults to ``benchmarks/results/``.
 """
 
 from __future__ import annotations
 
 import argparse
-import inspect
-import shlex
 import sys
 import time
 from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_gemm import (  # noqa: E402
-    DTYPES, TOLERANCE, add_flush_option, environment, gpu_state, summarize, time_interleaved, within_tolerance,
-    write_results,
+import wsgemm
+import wsgemm.timing
+from benchmarks import plot, shapes, triton_matmul
+from benchmarks.harness import (
+    DTYPES, RESULTS, TOLERANCE, add_flush_option, baseline_gemm, check, default_config_with, environment,
+    gpu_state, make_operands, parse_shapes, plan_text, quack_gemm, regenerate_command, summarize,
+    time_interleaved, within_tolerance, write_results,
 )
-
-import plot  # noqa: E402
-import shapes  # noqa: E402
-import triton_matmul  # noqa: E402
-import wsgemm  # noqa: E402  (bench_gemm put src/ on the path)
-import wsgemm.timing  # noqa: E402
 
 IMPLEMENTATIONS = ("wsgemm", "wsgemm-autotune", "torch.matmul", "triton", "quack")
 # Run only when named in --impls: wsgemm with one feature switched on or off, for side-by-side ablations.
@@ -72,73 +70,6 @@ def datasheet_peak(gpu_name: str) -> tuple[str | None, float | None]:
     return None, None
 
 
-def make_operands(problem: shapes.Problem, dtype: torch.dtype, device="cuda") -> tuple[torch.Tensor, torch.Tensor]:
-    """Random normal A and B of ``problem`` in its layout (``device="meta"``: the
-    layouts alone, for tools that plan without a GPU)."""
-    lead = (problem.batch,) if problem.batch > 1 else ()
-    a = torch.randn(*lead, problem.m, problem.k, device=device, dtype=dtype)
-    if problem.layout == "b_weight_t":
-        b = torch.randn(*lead, problem.n, problem.k, device=device, dtype=dtype).mT
-    else:
-        b = torch.randn(*lead, problem.k, problem.n, device=device, dtype=dtype)
-    return a, b
-
-
-def quack_gemm(autotune: bool):
-    """QuACK's public GEMM entry point (``quack.gemm_interface.gemm``) as f(a, b),
-    and a note; (None, reason) when it cannot be imported."""
-    try:
-        import quack
-        from quack.gemm_interface import gemm
-    except ModuleNotFoundError as exc:
-        return None, f"not installed ({exc})"
-    except Exception as exc:  # e.g. built against another CuTe DSL version
-        return None, f"import failed: {type(exc).__name__}: {exc}"[:300]
-    version = getattr(quack, "__version__", "?")
-    if "tuned" not in inspect.signature(gemm).parameters:
-        return gemm, f"quack {version}, quack.gemm_interface.gemm (this version has no tuned= switch)"
-    # tuned=True compiles and times every config on each new shape (minutes per
-    # shape); tuned=False is QuACK's heuristic choice, as wsgemm's is.
-    note = "autotuned (tuned=True)" if autotune else "heuristic config (tuned=False)"
-    return (lambda a, b: gemm(a, b, tuned=autotune)), f"quack {version}, quack.gemm_interface.gemm, {note}"
-
-
-def baseline_gemm():
-    """wsgemm as exported from another commit by ``benchmarks/baseline.py`` (package
-    ``wsgemm_base`` on the path) as f(a, b), and a note naming that commit; (None,
-    reason) when it is not on the path."""
-    try:
-        import wsgemm_base
-    except ModuleNotFoundError as exc:
-        return None, f"not on the path ({exc}); see benchmarks/baseline.py"
-    rev_file = Path(wsgemm_base.__file__).with_name("BASELINE_REV")
-    rev = rev_file.read_text().strip() if rev_file.exists() else "unknown commit"
-    return wsgemm_base.gemm, f"wsgemm at {rev} (benchmarks/baseline.py), default config=None"
-
-
-def default_config_with(policy=None, **changes):
-    """f(a, b): wsgemm with the configuration its default path picks for these
-    operands, changed by ``changes``, looked up once per shape and layout.
-    ``policy``: constants of ``wsgemm.heuristics`` set to other values while the
-    default is looked up."""
-    import contextlib
-    import dataclasses
-    from unittest import mock
-
-    configs = {}
-
-    def gemm(a, b):
-        key = (a.shape, a.stride(), b.shape, b.stride())
-        if key not in configs:
-            with mock.patch.multiple(wsgemm.heuristics, **policy) if policy else contextlib.nullcontext():
-                plan = wsgemm.api.make_plan(a, b, None, None, None)
-            configs[key] = None if plan.spec is None else dataclasses.replace(
-                plan.spec.config, swap_ab=plan.mode == "swap", **changes)
-        return wsgemm.gemm(a, b, config=configs[key])
-
-    return gemm
-
-
 def build_implementations(wanted: list[str], quack_autotune: bool) -> tuple[dict, dict]:
     """({name: f(a, b) -> d} of the implementations that can run, {name: {ran, detail}})."""
     fns, info = {}, {}
@@ -152,7 +83,7 @@ def build_implementations(wanted: list[str], quack_autotune: bool) -> tuple[dict
     offer("wsgemm", wsgemm.gemm, f"wsgemm {wsgemm.__version__}, default config=None: the packaged table of "
           "measured winners where it has this GPU and shape bucket, else the throughput model")
     offer("wsgemm-autotune", lambda a, b: wsgemm.gemm(a, b, config="autotune"),
-          f"wsgemm {wsgemm.__version__}, config='autotune': {wsgemm.autotune.TOP_CANDIDATES} of the model's "
+          f"wsgemm {wsgemm.__version__}, config='autotune': {wsgemm.tuning.autotune.TOP_CANDIDATES} of the model's "
           "candidates timed on the first call per shape bucket (in turns, single calls after an L2 flush), "
           "the winner cached on disk")
     for name, pdl in (("wsgemm-pdl", True), ("wsgemm-nopdl", False)):
@@ -174,11 +105,11 @@ def build_implementations(wanted: list[str], quack_autotune: bool) -> tuple[dict
               f"(GemmConfig.epi_stages={buffers}) and as many ring stages as then fit")
     offer("wsgemm-pingpong", default_config_with(policy={"PINGPONG_MAX_K_BLOCKS": 2**31}),
           "wsgemm's default configuration for each shape as chosen with ping-pong consumers at any K "
-          "(heuristics.PINGPONG_MAX_K_BLOCKS unbounded: every unbatched problem of two or more waves "
+          "(wsgemm.tuning.launch.PINGPONG_MAX_K_BLOCKS unbounded: every unbatched problem of two or more waves "
           "whose chosen tiles are not split)")
     offer("wsgemm-cooperative", default_config_with(policy={"PINGPONG_MAX_K_BLOCKS": 0}),
           "wsgemm's default configuration for each shape as chosen without ping-pong consumers "
-          "(heuristics.PINGPONG_MAX_K_BLOCKS = 0)")
+          "(wsgemm.tuning.launch.PINGPONG_MAX_K_BLOCKS = 0)")
     offer("wsgemm-base", *baseline_gemm())
     offer("torch.matmul", torch.matmul, f"cuBLAS via torch {torch.__version__}, TF32 off")
     if triton_matmul.available():
@@ -188,18 +119,6 @@ def build_implementations(wanted: list[str], quack_autotune: bool) -> tuple[dict
         offer("triton", None, "not installed")
     offer("quack", *quack_gemm(quack_autotune))
     return fns, info
-
-
-def check(fn, a, b, ref, tol) -> dict:
-    try:
-        d = fn(a, b)
-        torch.cuda.synchronize()  # a kernel fault surfaces here, charged to this implementation
-    except Exception as exc:
-        return {"status": "error", "error": f"{type(exc).__name__}: {exc}"[:500]}
-    if d.shape != ref.shape:
-        return {"status": "wrong", "error": f"shape {tuple(d.shape)}, expected {tuple(ref.shape)}"}
-    err = wsgemm.timing.relative_error(d, ref)
-    return {"status": "ok" if err < tol else "wrong", "rel_error": err}
 
 
 def replay_error(results: list, operands: list) -> float:
@@ -240,13 +159,6 @@ def time_graphs(good: dict, problem, operands, args, flush) -> tuple[dict, dict]
 WSGEMM_CONFIGS = {"wsgemm": None, "wsgemm-autotune": "autotune"}
 
 
-def wsgemm_config(a, b, config) -> str:
-    """What a wsgemm call on these operands ran: the plan's mode and kernel
-    configuration (after the checking call, so an autotuned bucket is cached)."""
-    plan = wsgemm.api.make_plan(a, b, None, None, config)
-    return plan.mode if plan.spec is None else f"{plan.mode} {plan.spec.config.short()}"
-
-
 def check_all(impls: dict, a, b, dtype_name: str) -> dict:
     """{name: check result}; the float32 reference lives only as long as the checks."""
     ref = torch.matmul(a.float(), b.float())
@@ -256,7 +168,7 @@ def check_all(impls: dict, a, b, dtype_name: str) -> dict:
         if name == "triton":
             results[name]["kernel"] = triton_matmul.kernel_for(a, b)
         if name in WSGEMM_CONFIGS and results[name]["status"] != "error":
-            results[name]["config"] = wsgemm_config(a, b, WSGEMM_CONFIGS[name])
+            results[name]["config"] = plan_text(a, b, WSGEMM_CONFIGS[name])
     return results
 
 
@@ -331,10 +243,13 @@ def _versions() -> dict:
 
 
 def parse_args(argv):
-    p = argparse.ArgumentParser(prog="python benchmarks/suite.py", description=__doc__,
+    p = argparse.ArgumentParser(prog="python -m benchmarks.suite", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--suite", action="append", choices=sorted(shapes.SUITES),
-                   help="suite to run (repeat for several); default: quick")
+                   help="suite to run (repeat for several); default: quick, unless --shapes is given")
+    p.add_argument("--shapes", default="", help="your own problems, MxNxK[,MxNxK...] (labelled shapes/MxNxK)")
+    p.add_argument("--weight", action="store_true",
+                   help="with --shapes: B = W.t() of an (N, K) weight, as nn.Linear stores it (else B row-major)")
     p.add_argument("--filter", default=None, help="keep problems whose label matches this regular expression (case-insensitive)")
     p.add_argument("--dtype", default="bf16", choices=sorted(DTYPES))
     p.add_argument("--impls", default=",".join(IMPLEMENTATIONS),
@@ -351,21 +266,25 @@ def parse_args(argv):
     p.add_argument("--time-budget", type=float, default=None,
                    help="seconds; no new problem is started once this much time has passed")
     p.add_argument("--name", default=None, help="output file stem; default suite_<suites>")
-    p.add_argument("--out", type=Path, default=Path(__file__).resolve().parent / "results")
+    p.add_argument("--out", type=Path, default=RESULTS, help="output folder (default: benchmarks/results/)")
     add_flush_option(p)
     args = p.parse_args(argv)
     unknown = set(args.impls.split(",")) - set(IMPLEMENTATIONS) - set(ABLATIONS)
     if unknown:
         p.error(f"unknown --impls {sorted(unknown)}; choose from {', '.join(IMPLEMENTATIONS + ABLATIONS)}")
-    args.suite = args.suite or ["quick"]
-    args.name = args.name or "suite_" + "_".join(args.suite)
+    try:
+        args.shapes = parse_shapes(args.shapes)
+    except ValueError:
+        p.error(f"--shapes {args.shapes!r}: give MxNxK[,MxNxK...], e.g. 4096x4096x4096")
+    args.suite = args.suite or ([] if args.shapes else ["quick"])
+    args.name = args.name or "suite_" + "_".join(args.suite + (["shapes"] if args.shapes else []))
     return args
 
 
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     args = parse_args(argv)
-    problems = shapes.select(args.suite, args.filter)
+    problems = shapes.select(args.suite, args.filter) + shapes.given(args.shapes, args.weight)
     torch.backends.cuda.matmul.allow_tf32 = False  # the fp32 reference must be fp32
     start = time.monotonic()
     impls, impl_info = build_implementations(args.impls.split(","), args.quack_autotune)
@@ -373,8 +292,8 @@ def main(argv=None) -> int:
     l2_bytes = getattr(torch.cuda.get_device_properties(0), "L2_cache_size", 64 << 20)
     report = {
         "name": args.name,
-        "command": shlex.join(["python", "benchmarks/suite.py", *argv]),
-        "suites": args.suite,
+        "command": regenerate_command("benchmarks.suite", argv),
+        "suites": args.suite + (["shapes"] if args.shapes else []),
         "dtype": args.dtype,
         "environment": {**environment(), **_versions()},
         "reps": args.reps,

@@ -1,8 +1,8 @@
 """Export wsgemm as it was at another commit, importable beside the working tree's,
 so a kernel change is timed against the code before it in one run.
 
-    python benchmarks/baseline.py HEAD~3 /tmp/base
-    PYTHONPATH=/tmp/base python benchmarks/suite.py --suite shortk --impls wsgemm,wsgemm-base,torch.matmul
+    python -m benchmarks.maint.baseline HEAD~3 /tmp/base
+    PYTHONPATH=/tmp/base python -m benchmarks.suite --suite shortk --impls wsgemm,wsgemm-base,torch.matmul
 
 writes ``/tmp/base/wsgemm_base/`` (the package from ``src/wsgemm`` at that commit,
 renamed: its imports are relative) and ``BASELINE_REV`` in it, which the suite
@@ -21,7 +21,7 @@ import tarfile
 from pathlib import Path
 
 PACKAGE = "wsgemm_base"
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 
 
 def export(rev: str, dest: Path) -> Path:
@@ -55,7 +55,8 @@ def renamed(relative: Path, content: bytes) -> bytes:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(prog="python -m benchmarks.maint.baseline", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("rev", help="a commit, e.g. HEAD~1 or a hash")
     p.add_argument("dest", help="folder to put on PYTHONPATH")
     args = p.parse_args(argv)

@@ -4,8 +4,8 @@
 ``trace_point`` calls that emit no code. This script builds a subclass whose trace
 points store ``%globaltimer`` (nanoseconds, shared by all SMs) into a scratch array,
 runs it on real operands (L2 flushed before every run: ``--flush``, by default the
-suite's read; a 256 MB write until section 52; or with ``--back-to-back N`` the last of
-N calls captured back to back in a CUDA graph) and reports, per case, the median over
+suite's read, formerly a 256 MB write; or with ``--back-to-back N`` the last of N calls
+captured back to back in a CUDA graph) and reports, per case, the median over
 runs of:
 
 * ``first_k_block_us``: launch (the first CTA's first instruction) to a CTA's first
@@ -21,16 +21,21 @@ runs of:
   latest minus the earliest landing among the CTAs that read that tile (its tile row
   for A, its column for B), median over tiles and k-blocks (``..._first_us``: the
   first 8 k-blocks). The L2 merges the reads of one line only when they arrive close
-  together (NOTES sections 45-46);
+  together (docs/tuning-log/clusters.md);
 * with split-K (``:splitS``; one-wave cases, where each CTA runs one work item):
   ``fixup_wait_us`` (a finisher's last wgmma to its contributors' arrival),
   ``fixup_add_us`` (adding their partial sums, stamped once the last sum is in a
   register) and ``publish_us`` (a contributor's last wgmma to its exit: storing its
   partial sums and counting itself in).
 
-    python benchmarks/kernel_timeline.py            # the cases of NOTES section 14
-    python benchmarks/kernel_timeline.py --case 512x4096x4096:128x128:2x1:6
-    python benchmarks/kernel_timeline.py --case 320x2560x8192:128x128:1x1:auto:split2   # NOTES section 29
+    python -m benchmarks.maint.kernel_timeline    # the default cases
+    python -m benchmarks.maint.kernel_timeline --case 512x4096x4096:128x128:2x1:6
+    python -m benchmarks.maint.kernel_timeline --case 320x2560x8192:128x128:1x1:auto:split2  # split-K
+
+What the traces found: docs/tuning-log/profiling.md (the default cases) and
+docs/tuning-log/split-k.md (the split-K fix-up). Trace points move a kernel by a few
+tenths of a microsecond: variants that differ by less are compared untraced
+(``benchmarks/studies/back_to_back_kernels.py``).
 """
 
 from __future__ import annotations
@@ -42,23 +47,22 @@ import sys
 from collections import defaultdict
 from pathlib import Path
 
+import cutlass
+import cutlass.cute as cute
 import torch
+from cutlass import Int32
+from cutlass.cute.runtime import make_fake_compact_tensor
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_gemm import add_flush_option, environment, gpu_state, kernel_spans, within_tolerance  # noqa: E402
-from result_files import regenerate_command  # noqa: E402
-
-import cutlass  # noqa: E402
-import cutlass.cute as cute  # noqa: E402
-from cutlass import Int32  # noqa: E402
-from cutlass.cute.runtime import make_fake_compact_tensor  # noqa: E402
-
-import wsgemm.timing  # noqa: E402
-from wsgemm import GemmConfig, api, hardware  # noqa: E402
-from wsgemm import compile as compile_mod  # noqa: E402
-from wsgemm import config as cfg  # noqa: E402
-from wsgemm.kernels.common.scheduler import TileGrid  # noqa: E402
-from wsgemm.kernels.sm90 import Sm90Gemm, TracePoint  # noqa: E402
+import wsgemm.timing
+from benchmarks.harness import (
+    RESULTS, add_flush_option, environment, gpu_state, kernel_spans, operands, regenerate_command, within_tolerance,
+)
+from wsgemm import GemmConfig, devices, hardware, plans
+from wsgemm import compile as compile_mod
+from wsgemm import config as cfg
+from wsgemm.grid import TileGrid
+from wsgemm.kernels.common.scheduler import cta_work
+from wsgemm.kernels.sm90 import Sm90Gemm, TracePoint
 
 # Scratch words per CTA: one per single-shot trace point, then the first K_BLOCKS_KEPT
 # k-block arrivals.
@@ -155,7 +159,7 @@ def after_each(before, call, runs: int):
 
 
 def cta_tiles(grid: TileGrid, clusters: int) -> list[tuple[int, int] | None]:
-    """Each stamped CTA's (tile row, tile column) (``TileGrid.cta_work``), in the
+    """Each stamped CTA's (tile row, tile column) (``scheduler.cta_work``), in the
     stamps' order, where every cluster runs one work item (None for a CTA whose tile
     lies wholly past the edge, or that has no work); [] where clusters run more than one."""
     if grid.units > clusters or grid.split_k > 1 or grid.stream_k:
@@ -164,7 +168,7 @@ def cta_tiles(grid: TileGrid, clusters: int) -> list[tuple[int, int] | None]:
     for cluster in range(clusters):
         for cta_n in range(grid.cluster_n):
             for cta_m in range(grid.cluster_m):
-                tile_m, tile_n, *_ = next(grid.cta_work(cluster, clusters, cta_m, cta_n), (grid.tiles_m, 0))
+                tile_m, tile_n, *_ = next(cta_work(grid, cluster, clusters, cta_m, cta_n), (grid.tiles_m, 0))
                 tiles.append((tile_m, tile_n) if tile_m < grid.tiles_m and tile_n < grid.tiles_n else None)
     return tiles
 
@@ -232,13 +236,12 @@ def run_case(text: str, runs: int, flush: wsgemm.timing.L2Flush, back_to_back: i
     k_blocks = -(-k // config.tile_k) // config.split_k  # per work item (splits differ by at most one)
     if k_blocks < 10:
         raise SystemExit(f"{text}: need at least 10 k-blocks for a steady rate")
-    a = torch.randn(m, k, device="cuda").to(torch.bfloat16)
-    b = torch.randn(n, k, device="cuda").to(torch.bfloat16).t()
+    a, b = operands(m, n, k)
     d = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
     grid = TileGrid.for_problem(m, n, 1, config)
-    clusters = grid.launch_clusters(api.max_active_clusters(a.device.index or 0, config.cluster_size))
+    clusters = grid.launch_clusters(devices.max_active_clusters(a.device.index or 0, config.cluster_size))
     ctas = clusters * config.cluster_size
-    flags, partial_elems = api.launch_workspace_elems(grid, clusters, config)
+    flags, partial_elems = plans.launch_workspace_elems(grid, clusters, config)
     scratch = torch.zeros(flags + ctas * WORDS_PER_CTA, dtype=torch.int32, device="cuda")
     partials = torch.zeros(max(1, partial_elems), dtype=torch.float32, device="cuda")
     tiles = cta_tiles(grid, clusters)
@@ -284,8 +287,8 @@ COLUMNS = ("first_k_block_us", "k_block_interval_us", "mma_bound_us", "mainloop_
 
 
 def protocol(report: dict) -> str:
-    """How each traced run was set up (reports before session 38 say nothing: a 256 MB
-    write flush; its first read-flush reports name only the flush)."""
+    """How each traced run was set up (the oldest reports say nothing: a 256 MB write
+    flush; the first read-flush reports name only the flush)."""
     if "protocol" in report:
         return report["protocol"]
     return f"{report.get('flush', 'L2 flushed (256 MiB write)')} before each"
@@ -297,21 +300,22 @@ def markdown(report: dict) -> str:
              f"{env['gpu']}, torch {env['torch']}; median of {report['runs']} runs, "
              f"{protocol(report)}; "
              "B is an (N, K) weight passed as `w.t()`. Times in microseconds from the first CTA's first "
-             "instruction (see `benchmarks/kernel_timeline.py`).\n",
+             "instruction (see `benchmarks/maint/kernel_timeline.py`).\n",
              "| case | config | CTAs | " + " | ".join(COLUMNS) + " |", "|---" * (3 + len(COLUMNS)) + "|"]
     for row in report["cases"]:
         lines.append(f"| {row['case']} | `{row['config']}` | {row['ctas']} | "
                      + " | ".join(f"{row.get(c, '-')}" for c in COLUMNS) + " |")
-    lines.append(f"\nRegenerate: `{report.get('command', 'python benchmarks/kernel_timeline.py')}`")
+    lines.append(f"\nRegenerate: `{report.get('command', 'python -m benchmarks.maint.kernel_timeline')}`")
     return "\n".join(lines) + "\n"
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(prog="python -m benchmarks.maint.kernel_timeline", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--case", action="append", help="MxNxK:TMxTN:CMxCN:STAGES|auto[:splitS] (repeatable)")
     p.add_argument("--runs", type=int, default=15)
     p.add_argument("--name", default="kernel_timeline")
-    p.add_argument("--out", type=Path, default=Path(__file__).resolve().parent / "results")
+    p.add_argument("--out", type=Path, default=RESULTS, help="output folder (default: benchmarks/results/)")
     add_flush_option(p)
     p.add_argument("--back-to-back", type=int, default=0, metavar="CALLS",
                    help="trace the last of CALLS calls captured back to back in a CUDA graph, no flush")
@@ -323,7 +327,8 @@ def main(argv=None) -> int:
               flush=True)
         cases.append(run_case(text, args.runs, flush, args.back_to_back))
         print("  " + ", ".join(f"{c} {cases[-1].get(c, '-')}" for c in COLUMNS), flush=True)
-    report = {"command": regenerate_command("kernel_timeline.py", sys.argv[1:] if argv is None else argv),
+    report = {"command": regenerate_command("benchmarks.maint.kernel_timeline",
+                                            sys.argv[1:] if argv is None else argv),
               "environment": environment(), "runs": args.runs,
               "protocol": (f"the last of {args.back_to_back} calls back to back in a CUDA graph, no L2 flush"
                            if args.back_to_back else f"{flush.describe()} before each"), "cases": cases}

@@ -7,9 +7,9 @@ measured calls are profiled:
     ncu --clock-control none --profile-from-start off \\
         --section SpeedOfLight --section WarpStateStats --section InstructionStats \\
         --section SourceCounters --import-source no -o /tmp/rep \\
-        python benchmarks/ncu_kernels.py --shape 8192x8192x256
+        python -m benchmarks.maint.ncu_kernels --shape 8192x8192x256
     ncu -i /tmp/rep.ncu-rep --page source --print-source sass --csv > sass.csv
-    python benchmarks/ncu_summary.py sass.csv --out benchmarks/results/ncu_8192x8192x256.json.gz
+    python -m benchmarks.maint.ncu_summary sass.csv --out benchmarks/results/ncu_8192x8192x256.json.gz
 
 ``--clock-control none`` leaves the clocks to the GPU, as every timing here does
 (ncu would otherwise lock them at base). docs/profiling.md walks through a profile.
@@ -19,17 +19,14 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_gemm import DTYPES, parse_shapes  # noqa: E402
-from suite import quack_gemm  # noqa: E402
-from sustained import launched_as_given, parse_config  # noqa: E402
-
-import wsgemm  # noqa: E402
-import wsgemm.timing  # noqa: E402
+import wsgemm
+import wsgemm.timing
+from benchmarks.harness import DTYPES, operands, parse_shapes, quack_gemm
+from benchmarks.maint.sustained import launched_as_given, parse_config
+from wsgemm import plans
 
 
 def implementations(a: torch.Tensor, b: torch.Tensor, wanted: list[str], configs: list[str] = ()) -> dict:
@@ -46,24 +43,24 @@ def implementations(a: torch.Tensor, b: torch.Tensor, wanted: list[str], configs
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(prog="python -m benchmarks.maint.ncu_kernels", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--shape", default="8192x8192x256", help="MxNxK")
     p.add_argument("--dtype", default="bf16")
     p.add_argument("--impls", default="wsgemm,torch.matmul,quack")
     p.add_argument("--configs", default="", help="wsgemm configurations to profile too, TMxTN:CMxCN[:wS][:sD][:n][:x] "
-                   "(as benchmarks/sustained.py takes them)")
+                   "(as benchmarks.maint.sustained takes them)")
     p.add_argument("--weight", action="store_true", help="B = W.t() of an (N, K) weight, as nn.Linear stores it")
     args = p.parse_args(argv)
     ((m, n, k),) = parse_shapes(args.shape)
     dtype = DTYPES[args.dtype]
-    a = torch.randn(m, k, device="cuda").to(dtype)
-    b = torch.randn(n, k, device="cuda").to(dtype).t() if args.weight else torch.randn(k, n, device="cuda").to(dtype)
+    a, b = operands(m, n, k, dtype, args.weight)
     ref = a.float() @ b.float()
     fns = implementations(a, b, args.impls.split(","), [c for c in args.configs.split(",") if c])
     for name, fn in fns.items():  # compile, warm up, and check before profiling
         error = wsgemm.timing.relative_error(fn(), ref)
         print(f"{name}: relative error {error:.2e}", flush=True)
-    print("wsgemm plan:", wsgemm.api.make_plan(a, b, None, None, None).spec.config.short(), flush=True)
+    print("wsgemm plan:", plans.make_plan(a, b, None, None, None).spec.config.short(), flush=True)
     print("profiled in this order:", ", ".join(fns), flush=True)
     torch.cuda.synchronize()
     torch.cuda.profiler.start()

@@ -10,20 +10,20 @@ mixes and where their warps wait, and small enough to commit. With ``--details``
 (the text of ``ncu -i report.ncu-rep --page details``) it adds each kernel's
 duration, cycles, clock and SM throughput from the Speed Of Light section:
 
-    python benchmarks/ncu_summary.py sass.csv.gz --details details.txt \
+    python -m benchmarks.maint.ncu_summary sass.csv.gz --details details.txt \
         --out benchmarks/results/ncu_8192x8192x256.json.gz
 
 (an ``--out`` ending in ``.gz`` is written gzipped, as results/ keeps them). With
 ``--raw`` instead (the CSV of ``ncu -i report.ncu-rep --page raw --csv``), it
 keeps each kernel's launch, clock and traffic metrics (``RAW_METRICS``): where the
 bytes go between HBM, the L2 and the SMs, which a power budget pays for.
-``--labels`` names the kernels in report order (``ncu_kernels.py`` prints the order;
+``--labels`` names the kernels in report order (``ncu_kernels`` prints the order;
 two wsgemm configurations share a kernel name):
 
-    python benchmarks/ncu_summary.py --raw raw.csv.gz --labels "wsgemm,torch.matmul" \
+    python -m benchmarks.maint.ncu_summary --raw raw.csv.gz --labels "wsgemm,torch.matmul" \
         --out benchmarks/results/ncu_16384x10240x8192_traffic.json.gz
 
-See ``benchmarks/ncu_kernels.py`` for taking the profile and docs/profiling.md for
+See ``benchmarks/maint/ncu_kernels.py`` for taking the profile and docs/profiling.md for
 reading one.
 """
 
@@ -37,8 +37,7 @@ import json
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from result_files import read_bytes, write_text  # noqa: E402
+from benchmarks.maint.result_files import read_bytes, write_text
 
 TOP_OPCODES = 16
 TOP_STALLED = 10
@@ -91,7 +90,7 @@ RAW_METRICS = (
     "lts__d_sectors_fill_device.avg.pct_of_peak_sustained_elapsed",
     "l1tex__m_xbar2l1tex_read_sectors.avg.pct_of_peak_sustained_elapsed",
     # Bytes into the SMs against requests at the L2 slices: equal bytes with 31 % fewer
-    # requests was cuBLAS's difference on small K = 4096 problems (NOTES section 44).
+    # requests was cuBLAS's difference on small K = 4096 problems (docs/tuning-log/clusters.md).
     # The lrc__ counter is there only where the profile asked for it (--metrics).
     "l1tex__m_xbar2l1tex_read_bytes.sum", "lts__t_requests_srcunit_tex_op_read.sum",
     "lts__t_sectors_srcunit_tex_op_read.sum", "lrc__xbar2gpc_sectors_op_read.sum",
@@ -155,7 +154,8 @@ def summarize_kernel(kernel: dict) -> dict:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(prog="python -m benchmarks.maint.ncu_summary", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("csv", nargs="?", help="ncu --page source --print-source sass --csv output (.gz accepted)")
     p.add_argument("--raw", help="ncu --page raw --csv output (.gz accepted), instead of the SASS page")
     p.add_argument("--labels", default="", help="with --raw: names of the kernels in report order, comma-separated")

@@ -1,117 +1,104 @@
 """Which plans the default path (``config=None``) launches differently in the working
-tree than in another commit, on the CPU: how far a heuristic change reaches before it
-costs GPU time (the "N of 3510 plans change" counts of benchmarks/NOTES.md).
+tree than in another commit, on the CPU: how far a planner change reaches before it
+costs GPU time, and which shapes an A/B on the GPU must time.
 
-    python benchmarks/baseline.py main /tmp/base
-    PYTHONPATH=/tmp/base python benchmarks/plan_diff.py                 # 3510 sweep shapes
-    PYTHONPATH=/tmp/base python benchmarks/plan_diff.py --set held-out  # 4032 more
-    PYTHONPATH=/tmp/base python benchmarks/plan_diff.py --set suites
-    PYTHONPATH=/tmp/base python benchmarks/plan_diff.py --sample 3   # + shapes for an A/B
+    python -m benchmarks.maint.baseline main /tmp/base
+    PYTHONPATH=/tmp/base python -m benchmarks.maint.plan_diff                  # every suite
+    PYTHONPATH=/tmp/base python -m benchmarks.maint.plan_diff --set weights    # 3,510 decode/prefill shapes
+    PYTHONPATH=/tmp/base python -m benchmarks.maint.plan_diff --gpu h100 --json changed.json
 
-Plans are those an H200 (132 SMs, sm90) would launch for ``A @ W.t()`` (bf16, an
-``nn.Linear`` weight), planned on meta tensors; changes are printed by weight (N x K)
-and plan pair with the token counts M they cover, to pick A/B shapes from.
+Plans are those the chosen GPU (``--gpu h200`` or ``h100``: ``wsgemm.tuning``'s
+presets) would launch, planned on meta tensors in each suite problem's own layout
+(``benchmarks/shapes.py``); the ``weights`` set is ``A @ W.t()`` over the weights and
+token counts the decode studies swept. ``--json`` writes the changed problems, the
+input of an A/B on the GPU.
 """
 
 from __future__ import annotations
 
 import argparse
 import collections
-import sys
+import json
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+import torch
 
-# Weights (N, K) swept in sessions 46-48: Qwen2.5 7B/14B, Llama-3 8B/70B and others.
+from benchmarks import shapes
+from wsgemm.tuning import H100_SXM, H200
+
+GPUS = {"h200": H200, "h100": H100_SXM}
+# Weights (N, K) of the decode and prefill studies: Qwen2.5 7B/14B, Llama-3 8B/70B and others.
 SWEEP_WEIGHTS = ((4608, 3584), (3584, 3584), (37888, 3584), (3584, 18944), (7168, 5120), (5120, 5120),
                  (27648, 5120), (5120, 13824), (6144, 4096), (4096, 4096), (28672, 4096), (4096, 14336),
                  (10240, 8192), (8192, 8192), (57344, 8192), (8192, 28672), (1024, 4096), (2048, 2048),
                  (2560, 2560), (3072, 3072), (4096, 11008), (11008, 4096), (12288, 4096), (8192, 2048),
                  (5120, 8192), (14336, 4096))
 SWEEP_TOKENS = tuple(range(1, 129)) + (136, 144, 160, 176, 192, 224, 256)
-# A grid of weights at M = 1-64, held-out shapes of sections 67-68 (three weights overlap the sweep's).
-HELD_OUT_ROWS = (1536, 2048, 2560, 3072, 3584, 4096, 4608, 5120, 6144)
-HELD_OUT_COLUMNS = (2048, 3072, 4096, 5120, 8192, 11008, 14336)
+SUITES = ("square", "llm", "decode", "prefill", "qwen", "shortk", "batched")
 
 
-def shape_set(name: str) -> list[tuple[int, int, int]]:
-    """(M, N, K) of a named set."""
-    if name == "sweep":
-        return [(m, n, k) for n, k in SWEEP_WEIGHTS for m in SWEEP_TOKENS]
-    if name == "held-out":
-        return [(m, n, k) for n in HELD_OUT_ROWS for k in HELD_OUT_COLUMNS for m in range(1, 65)]
-    import shapes
-    problems = [p for suite in ("llm", "decode", "prefill", "qwen") for p in shapes.SUITES[suite]]
-    return sorted({(p.m, p.n, p.k) for p in problems if p.batch == 1 and p.layout == "b_weight_t"})
+def problem_set(name: str) -> list[shapes.Problem]:
+    if name == "weights":
+        return [shapes.Problem(f"weights/{m}x{n}x{k}", m, n, k, layout="b_weight_t")
+                for n, k in SWEEP_WEIGHTS for m in SWEEP_TOKENS]
+    return [p for suite in (SUITES if name == "suites" else (name,)) for p in shapes.SUITES[suite]]
 
 
-def planned(package, problems) -> dict[tuple, str]:
-    """The plan ``package``'s default path launches for each problem on an H200."""
-    import torch
-
-    plans = {}
-    for m, n, k in problems:
-        a = torch.empty(m, k, dtype=torch.bfloat16, device="meta")
-        b = torch.empty(n, k, dtype=torch.bfloat16, device="meta").t()
-        mode, spec, _ = package.api._kernel_for(a, b, None, None, None, (m, n), torch.bfloat16, False, 1,
-                                                "NVIDIA H200", "sm90", 132)
-        plans[m, n, k] = f"{mode} {spec.config.short()}"
-    return plans
+def meta_operands(p: shapes.Problem):
+    lead = (p.batch,) if p.batch > 1 else ()
+    a = torch.empty(*lead, p.m, p.k, dtype=torch.bfloat16, device="meta")
+    if p.layout == "b_weight_t":
+        return a, torch.empty(p.n, p.k, dtype=torch.bfloat16, device="meta").t()
+    return a, torch.empty(*lead, p.k, p.n, dtype=torch.bfloat16, device="meta")
 
 
-def grouped_changes(before: dict, after: dict) -> dict[tuple, list[int]]:
-    """{(N, K, plan before, plan after): [M, ...]} for the problems whose plan changed."""
-    changes = collections.defaultdict(list)
-    for (m, n, k), plan in sorted(before.items(), key=lambda item: (item[0][1], item[0][2], item[0][0])):
-        if after[m, n, k] != plan:
-            changes[n, k, plan, after[m, n, k]].append(m)
-    return changes
-
-
-def token_ranges(tokens: list[int]) -> str:
-    """[1, 2, 3, 7] -> '1-3, 7'."""
-    runs = []
-    for m in tokens:
-        if runs and m == runs[-1][1] + 1:
-            runs[-1][1] = m
+def planned(package, problems, gpu) -> dict[str, str]:
+    """{label: "mode config"} the package's default path launches for each problem. A
+    package from before ``wsgemm.plans`` planned through ``api._kernel_for`` with the
+    GPU's name and SM count."""
+    found = {}
+    for p in problems:
+        a, b = meta_operands(p)
+        if hasattr(package, "plans"):
+            shape, dtype, batched, batches = package.plans.validate_shapes_and_dtypes(a, b, None, None, None)
+            mode, spec, _ = package.plans._kernel_for(a, b, None, None, None, shape, dtype, batched, batches, gpu)
         else:
-            runs.append([m, m])
-    return ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in runs)
-
-
-def ab_sample(changes: dict[tuple, list[int]], per_group: int) -> list[str]:
-    """Up to ``per_group`` token counts of each change, spread over its range, as
-    ``MxNxK`` for ``sweep_configs.py --shapes``."""
-    picked = []
-    for (n, k, _, _), tokens in changes.items():
-        step = max(1, (len(tokens) - 1) / max(1, per_group - 1))
-        picked += [f"{m}x{n}x{k}" for m in dict.fromkeys(tokens[round(i * step)] for i in range(per_group)
-                                                         if round(i * step) < len(tokens))]
-    return picked
+            shape, dtype, batched, batches = package.api.validate_shapes_and_dtypes(a, b, None, None, None)
+            mode, spec, _ = package.api._kernel_for(a, b, None, None, None, shape, dtype, batched, batches,
+                                                    gpu.name, gpu.arch, gpu.sms)
+        found[p.label] = f"{mode} {spec.config.short()}"
+    return found
 
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--set", choices=("sweep", "held-out", "suites"), default="sweep")
-    p.add_argument("--sample", type=int, default=0, metavar="N",
-                   help="also print up to N shapes of each change for an A/B (sweep_configs.py --shapes)")
+    p.add_argument("--set", default="suites", help=f"'suites' (all of {', '.join(SUITES)}), one suite, or 'weights'")
+    p.add_argument("--gpu", choices=sorted(GPUS), default="h200")
+    p.add_argument("--json", type=Path, help="write the changed problems here (the input of a GPU A/B)")
     args = p.parse_args(argv)
     try:
         import wsgemm_base
     except ImportError:
-        p.exit(2, "no wsgemm_base: export the commit to compare with (benchmarks/baseline.py) onto PYTHONPATH\n")
+        p.exit(2, "no wsgemm_base: export the commit to compare with (python -m benchmarks.maint.baseline) "
+                  "onto PYTHONPATH\n")
     import wsgemm
 
-    problems = shape_set(args.set)
-    changes = grouped_changes(planned(wsgemm_base, problems), planned(wsgemm, problems))
+    gpu = GPUS[args.gpu]
+    problems = problem_set(args.set)
+    before, after = planned(wsgemm_base, problems, gpu), planned(wsgemm, problems, gpu)
+    changed = [prob for prob in problems if before[prob.label] != after[prob.label]]
     rev_file = Path(wsgemm_base.__file__).with_name("BASELINE_REV")
     base = rev_file.read_text().strip() if rev_file.exists() else "?"
-    print(f"{sum(map(len, changes.values()))} of {len(problems)} plans change ({args.set}; base {base})")
-    for (n, k, before, after), tokens in changes.items():
-        print(f"  {n}x{k} M = {token_ranges(tokens)}: {before} -> {after}")
-    if args.sample:
-        print("--shapes " + ",".join(ab_sample(changes, args.sample)))
+    counts = collections.Counter(prob.label.split("/")[0] for prob in changed)
+    totals = collections.Counter(prob.label.split("/")[0] for prob in problems)
+    print(f"{len(changed)} of {len(problems)} plans change on {gpu.name} (base {base}): "
+          + ", ".join(f"{suite} {counts[suite]} of {totals[suite]}" for suite in totals))
+    for prob in changed:
+        print(f"  {prob.label:40s} {before[prob.label]:60s} -> {after[prob.label]}")
+    if args.json:
+        args.json.write_text(json.dumps([dict(label=prob.label, m=prob.m, n=prob.n, k=prob.k, batch=prob.batch,
+                                              layout=prob.layout, before=before[prob.label], after=after[prob.label])
+                                         for prob in changed], indent=1))
     return 0
 
 

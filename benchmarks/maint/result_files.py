@@ -1,12 +1,12 @@
 """The JSON files under ``benchmarks/results/``, plain (``.json``) or gzipped
 (``.json.gz``) by their name, to hold the tree under its 2 MiB limit. Reports that
-nothing links to (benchmarks/NOTES.md and source comments cite them, the examples read
-them through :func:`load_json`) live in one ``archive.tar.xz`` beside them (xz finds
-the structure they share: a third smaller than gzipped one by one); they are read by
-the name they are cited by, as if they were files:
+nothing links to (the tuning log, docs/tuning-log/, and source comments cite them, the
+examples read them through :func:`load_json`) live in one ``archive.tar.xz`` beside
+them (xz finds the structure they share: a third smaller than gzipped one by one);
+they are read by the name they are cited by, as if they were files:
 
-    python benchmarks/result_files.py show sweep_pp192_llm.json.gz   # the JSON
-    python benchmarks/result_files.py archive NAME.json.gz ...       # move reports in
+    python -m benchmarks.maint.result_files show sweep_pp192_llm.json.gz   # the JSON
+    python -m benchmarks.maint.result_files archive NAME.json.gz ...       # move reports in
 
 No torch here, so the scripts that only read or summarize files start fast."""
 
@@ -22,7 +22,7 @@ import sys
 import tarfile
 from pathlib import Path
 
-RESULTS = Path(__file__).resolve().parent / "results"
+RESULTS = Path(__file__).resolve().parents[1] / "results"
 ARCHIVE = "archive.tar.xz"
 
 
@@ -68,13 +68,13 @@ def write_text(path, text: str) -> None:
     Path(path).write_bytes(gzip.compress(data, mtime=0) if _gzipped(path) else data)
 
 
-def regenerate_command(script: str, argv: list[str]) -> str:
-    """The command line of ``benchmarks/<script>`` that wrote a report, quoted for a
-    shell, without ``--out`` (the GPU machine's output folder, not where the report
-    ends up)."""
+def regenerate_command(module: str, argv: list[str]) -> str:
+    """The command line that wrote a report, ``python -m <module> ...`` (``module``
+    e.g. ``benchmarks.suite``, run from the repository root), quoted for a shell,
+    without ``--out`` (the GPU machine's output folder, not where the report ends up)."""
     kept = [arg for arg, before in zip(argv, [None, *argv])
             if arg != "--out" and before != "--out" and not arg.startswith("--out=")]
-    return shlex.join(["python", f"benchmarks/{script}", *kept])
+    return shlex.join(["python", "-m", module, *kept])
 
 
 def reports(folder=RESULTS):
@@ -116,7 +116,8 @@ def move_into_archive(paths) -> None:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.maint.result_files",
+                                     description=__doc__.split("\n\n")[0])
     commands = parser.add_subparsers(dest="command", required=True)
     show = commands.add_parser("show", help="print a report, a file or archived, as JSON")
     show.add_argument("name", help="as cited, e.g. sweep_pp192_llm.json.gz")

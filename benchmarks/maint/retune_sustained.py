@@ -1,19 +1,21 @@
-"""Turn back-to-back measurements (``benchmarks/sustained.py`` reports) into an
-autotune-format run that ``benchmarks/tuned_table.py`` takes with ``--superseding``.
+"""Turn back-to-back measurements (``benchmarks.maint.sustained`` reports) into an
+autotune-format run that ``benchmarks.maint.tuned_table`` takes with ``--superseding``.
 
 The autotuner ranks a bucket's candidates in single calls at rest. The largest
 problems run at the GPU's power limit when called back to back, where a candidate
-that draws less power per FLOP keeps a higher clock (benchmarks/NOTES.md sections
-35-36). A bucket gets a new winner here only where the report's fastest ``--configs``
+that draws less power per FLOP keeps a higher clock (docs/tuning-log/raster-bands.md).
+A bucket gets a new winner here only where the report's fastest ``--configs``
 candidate back to back beat the default plan in **both** protocols: by at least
 ``--min-gain`` back to back, while losing no more than ``--single-tolerance`` (none by
 default) in the suite's single calls, so the scoreboard never pays for the sustained
 regime. Reports without single calls cannot change a bucket. The reports are bf16
-problems on an SM90 GPU, as ``sustained.py`` times them.
+problems on an SM90 GPU, as ``sustained`` times them; the buckets are named for the
+preset GPU of the report's device (``tuned_table.PRESETS``), on the CPU.
 
-    python benchmarks/retune_sustained.py benchmarks/results/retune_m16384_b2b.json.gz \\
+    python -m benchmarks.maint.retune_sustained benchmarks/results/retune_m16384_b2b.json.gz \\
         --out benchmarks/results/autotune_h200_r_sustained.json.gz
-    python benchmarks/tuned_table.py <runs...> --superseding <...> benchmarks/results/autotune_h200_r_sustained.json.gz
+    python -m benchmarks.maint.tuned_table <runs...> --superseding <...> \\
+        benchmarks/results/autotune_h200_r_sustained.json.gz
 """
 
 from __future__ import annotations
@@ -23,15 +25,13 @@ import json
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import shapes  # noqa: E402
-import torch  # noqa: E402
-from result_files import write_text  # noqa: E402
-from suite import make_operands  # noqa: E402
-from sustained import parse_config, summary  # noqa: E402
-from tuned_table import load_run  # noqa: E402
+import torch
 
-import wsgemm  # noqa: E402
+from benchmarks import shapes
+from benchmarks.harness import default_problem, make_operands, write_text
+from benchmarks.maint.sustained import parse_config, summary
+from benchmarks.maint.tuned_table import gpu_named, load_run
+from wsgemm.tuning import autotune
 
 MIN_GAIN = 0.01  # two launches of one configuration differed by up to ~1 % back to back
 SINGLE_TOLERANCE = 0.0
@@ -40,13 +40,16 @@ LAYOUT_OF_B_TEXT = {"W.t()": "b_weight_t", "(K, N)": "b_row"}
 CONFIG_PREFIX = "wsgemm "
 
 
-def bucket(report: dict, row: dict) -> str:
-    """The bucket a default call on the report's operands looks up, as wsgemm names it."""
+def planned(report: dict, row: dict):
+    """(autotune key, kernel problem) a default call on the report's operands looks up
+    (``wsgemm.tuning.autotune.cache_key``) on the report's GPU, planned on meta tensors."""
     m, n, k = row["shape"]
     layout = row.get("layout") or LAYOUT_OF_B_TEXT[row["b"]]
     problem = shapes.Problem(row["label"], m, n, k, batch=row.get("batch", 1), layout=layout)
     a, b = make_operands(problem, torch.bfloat16, device="meta")
-    return wsgemm.api.bucket_key_for(a, b, gpu=report["environment"]["gpu"], arch="sm90")
+    gpu = gpu_named(report["environment"]["gpu"])
+    kernel = default_problem(a, b, gpu)
+    return autotune.cache_key(kernel, gpu), kernel
 
 
 def new_winner(timed: dict, min_gain: float, single_tolerance: float):
@@ -69,8 +72,8 @@ def new_winner(timed: dict, min_gain: float, single_tolerance: float):
 
 
 def entries_from(reports: list[dict], min_gain: float, single_tolerance: float) -> dict:
-    """{bucket key: autotune entry} of the buckets with a new winner."""
-    from wsgemm.autotune import _jsonable
+    """{autotune key: entry} of the buckets with a new winner."""
+    _jsonable = autotune._jsonable
 
     entries = {}
     for report in reports:
@@ -86,15 +89,17 @@ def entries_from(reports: list[dict], min_gain: float, single_tolerance: float) 
             ms = {f"default {row['wsgemm_plan']}": timed["wsgemm"]["ms"]}
             ms.update({name.removeprefix(CONFIG_PREFIX): t["ms"] for name, t in timed.items()
                        if name.startswith(CONFIG_PREFIX)})
-            entries[bucket(report, row)] = {
+            key, kernel = planned(report, row)
+            entries[key] = {
                 "config": _jsonable(parse_config(won[0])), "ms": ms, "timing": "sustained",
-                "m": row["shape"][0], "single_ms": row["single_ms"], "source": report["command"]}
+                "m": kernel.m, "single_ms": row["single_ms"], "source": report["command"]}
     return entries
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("reports", type=Path, nargs="+", help="sustained.py JSON reports (.json or .json.gz)")
+    p = argparse.ArgumentParser(prog="python -m benchmarks.maint.retune_sustained", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("reports", type=Path, nargs="+", help="sustained JSON reports (.json or .json.gz)")
     p.add_argument("--out", type=Path, required=True)
     p.add_argument("--min-gain", type=float, default=MIN_GAIN)
     p.add_argument("--single-tolerance", type=float, default=SINGLE_TOLERANCE)

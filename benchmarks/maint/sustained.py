@@ -4,7 +4,7 @@ GPU's SM clock and board power sampled while each implementation runs.
 The suite times single calls after an L2 flush. A run of large GEMMs keeps an H200 at
 its power limit (~690 W) instead, where the clock, and so the speed, depends on the
 power each implementation draws per FLOP: HBM traffic costs clock
-(benchmarks/NOTES.md section 35). For each problem this script
+(docs/tuning-log/raster-bands.md). For each problem this script
 
 * checks every implementation's output against a float32 reference;
 * **sustained**: after ``--seconds`` of untimed calls that bring the GPU out of rest,
@@ -25,8 +25,12 @@ Problems: ``--shapes`` (B = W.t() of an (N, K) weight), or the suite's own probl
 (``--suite``, with their layouts) of at least ``--min-gflop`` per call, where a run of
 calls reaches the power limit: the scoreboard's large rows, back to back.
 
-    python benchmarks/sustained.py --shapes 16384x10240x8192,8192x8192x8192 --bands 1,8 --single 10
-    python benchmarks/sustained.py --suite llm --suite square --bands "" --name sustained_llm_square
+    python -m benchmarks.maint.sustained --shapes 16384x10240x8192,8192x8192x8192 --bands 1,8 --single 10
+    python -m benchmarks.maint.sustained --suite llm --suite square --bands "" --name sustained_llm_square
+
+Its reports feed ``benchmarks.maint.retune_sustained`` (winners back to back for the
+packaged table); ``--configs`` is also how ``benchmarks.maint.ncu_kernels`` names a
+configuration to profile.
 """
 
 from __future__ import annotations
@@ -42,14 +46,14 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import shapes as suites  # noqa: E402
-from bench_gemm import TOLERANCE, environment, parse_shapes  # noqa: E402
-from result_files import regenerate_command  # noqa: E402
-from suite import check, default_config_with, make_operands  # noqa: E402
-
-import wsgemm  # noqa: E402
-from wsgemm import timing  # noqa: E402
+import wsgemm
+from benchmarks import shapes as suites
+from benchmarks.harness import (
+    RESULTS, TOLERANCE, check, default_config_with, default_problem, environment, gpu_of, make_operands, parse_shapes,
+    regenerate_command,
+)
+from wsgemm import plans, timing
+from wsgemm.tuning import launch
 
 SAMPLE_SECONDS = 0.02
 # With --suite: problems below this many GFLOP per call are left out (a call of 500
@@ -112,31 +116,29 @@ def parse_config(text: str) -> wsgemm.GemmConfig:
                              stages=stages, raster=raster, swap_ab="x" in rest)
 
 
-def launched_as_given(config: wsgemm.GemmConfig):
+def launched_as_given(config: wsgemm.GemmConfig, gpu=None):
     """f(a, b): ``config`` launched as the default path launches its own choices
-    (``heuristics.as_launched``: stream-K, epilogue buffers, ...) but with the band
-    width it names, which the launch policy would otherwise widen on long grids, and
-    the ring depth it names, if any (then with the epilogue buffers that fit beside
-    it), which the launch policy would otherwise set on some grids."""
+    (``wsgemm.tuning.launch``'s rules: stream-K, epilogue buffers, ...) but with the
+    band width it names, which the launch rules would otherwise widen on long grids,
+    and the ring depth it names, if any (then with the epilogue buffers that fit
+    beside it), which the launch rules would otherwise set on some grids. ``gpu``: the
+    planner's ``wsgemm.tuning.Gpu`` (default: the operands' device's)."""
     import dataclasses
-
-    from wsgemm import heuristics
 
     configs = {}
 
     def gemm(a, b):
         if a.dim() != 2:
             raise ValueError("--configs takes 2-D problems")
-        key = (a.shape, b.shape)
+        key = (a.shape, a.stride(), b.shape, b.stride())
         if key not in configs:
-            sms = torch.cuda.get_device_properties(a.device).multi_processor_count
-            # The launch policy plans on the kernel's own problem: N x M when A and B swap.
-            m, n = (b.shape[1], a.shape[0]) if config.swap_ab else (a.shape[0], b.shape[1])
-            launched = heuristics.as_launched("sm90", config, m, n, a.shape[1], 1, sms, "bf16", "bf16")
-            launched = dataclasses.replace(launched, swizzle=config.swizzle)
+            on = gpu or gpu_of(a)
+            # The launch rules plan on the kernel's own problem: N x M when A and B swap.
+            kernel = default_problem(a, b, on).kernel_problem(config.swap_ab)
+            launched = dataclasses.replace(launch.as_launched(kernel, config, on), swizzle=config.swizzle)
             if config.stages is not None:
-                launched = heuristics.with_spare_epilogue_buffers(
-                    "sm90", dataclasses.replace(launched, stages=config.stages, epi_stages=2), "bf16", "bf16")
+                launched = launch.spare_epilogue_buffers(
+                    kernel, dataclasses.replace(launched, stages=config.stages, epi_stages=2), on)
             configs[key] = launched
         return wsgemm.gemm(a, b, config=configs[key])
 
@@ -167,7 +169,7 @@ def run_problem(problem, fns: dict, args) -> dict:
     checks = {name: check(fn, a, b, ref, TOLERANCE["bf16"]) for name, fn in fns.items()}
     del ref
     good = {name: (lambda fn=fn: fn(a, b)) for name, fn in fns.items() if checks[name]["status"] == "ok"}
-    plan = wsgemm.api.make_plan(a, b, None, None, None)
+    plan = plans.make_plan(a, b, None, None, None)
     row = {"label": problem.label, "shape": [problem.m, problem.n, problem.k], "batch": problem.batch,
            "layout": problem.layout, "b": "W.t()" if problem.layout == "b_weight_t" else "(K, N)",
            "wsgemm_plan": f"{plan.mode} {plan.spec.config.short()}",
@@ -175,7 +177,7 @@ def run_problem(problem, fns: dict, args) -> dict:
     # Leave rest before anything is timed. Otherwise the first implementation of each
     # problem's first round (after the checks' pause) ran below the power limit: in
     # every report before this, cuBLAS, timed first, drew 565-650 W there at up to
-    # 1500 MHz and ~691 W like the others in later rounds (benchmarks/NOTES.md section 37).
+    # 1500 MHz and ~691 W like the others in later rounds (docs/tuning-log/dependent-launch.md).
     back_to_back(next(iter(good.values())), args.seconds)
     for _ in range(args.rounds):
         for name, fn in good.items():
@@ -247,7 +249,8 @@ def markdown(report: dict) -> str:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(prog="python -m benchmarks.maint.sustained", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--shapes", default="16384x10240x8192,8192x8192x8192",
                    help="MxNxK[,MxNxK...], B = W.t() (ignored with --suite)")
     p.add_argument("--suite", action="append", choices=sorted(suites.SUITES),
@@ -263,13 +266,14 @@ def main(argv=None) -> int:
     p.add_argument("--rounds", type=int, default=2)
     p.add_argument("--single", type=int, default=0, help="also time REPS single calls after an L2 flush")
     p.add_argument("--name", default="sustained")
-    p.add_argument("--out", type=Path, default=Path(__file__).resolve().parent / "results")
+    p.add_argument("--out", type=Path, default=RESULTS, help="output folder (default: benchmarks/results/)")
     args = p.parse_args(argv)
     if not torch.cuda.is_available():
-        raise SystemExit("sustained.py needs a CUDA GPU")
+        raise SystemExit("benchmarks.maint.sustained needs a CUDA GPU")
     fns = implementations([int(v) for v in args.bands.split(",") if v], [c for c in args.configs.split(",") if c])
     todo = problems(args)
-    report = {"name": args.name, "command": regenerate_command("sustained.py", argv or sys.argv[1:]),
+    report = {"name": args.name, "command": regenerate_command("benchmarks.maint.sustained",
+                                                               sys.argv[1:] if argv is None else argv),
               "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "environment": environment(),
               "seconds": args.seconds, "rounds": args.rounds, "single": args.single, "warm_start": True,
               "shapes": []}

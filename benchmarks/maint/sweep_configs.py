@@ -1,37 +1,38 @@
 """Time many ``GemmConfig``s of wsgemm against torch.matmul on a few shapes, interleaved.
 
-Used to choose the defaults in ``wsgemm/heuristics.py``; results go to
-``benchmarks/results/<name>.json`` and the findings to benchmarks/NOTES.md.
+Used to choose the planner's defaults (``wsgemm.tuning``: the cost model, the launch
+rules, the packaged table); results go to ``benchmarks/results/<name>.json`` and the
+findings to the tuning log (docs/tuning-log/).
 
 A hand-picked set (``--set``: the 8192^3 candidates, the default when nothing else
 is asked for, or knobs at cuBLAS's own config for 512x4096x4096); with ``--tiles`` (and
 optionally ``--clusters``, ``--splits``, ``--stages``, ``--epi-stages``, ``--swap``, ``--swizzles``) every
 combination that the kernel accepts:
 
-    python benchmarks/sweep_configs.py --shapes 8192x8192x8192
-    python benchmarks/sweep_configs.py --shapes 512x4096x4096,128x4096x4096 --weight \\
+    python -m benchmarks.maint.sweep_configs --shapes 8192x8192x8192
+    python -m benchmarks.maint.sweep_configs --shapes 512x4096x4096,128x4096x4096 --weight \\
         --tiles 128x128,128x256 --clusters 1x1,2x1,2x2 --splits 1,2 --name sweep_mid_m
 
-For the model's own ranking: ``--model-top N`` adds, per shape, the throughput
-model's N best configurations and the other cluster shape of each (2x1 for 1x1 and
-back), launched as the default path would launch them (``heuristics.as_launched``);
-``--default-twins 1x1,1x2`` adds the default path's configuration with other
-clusters, ``--default-stages 4,6`` with other ring depths; ``--policy NAME=VALUE``
-(repeatable) adds the default path as planned with a constant of
-``wsgemm.heuristics`` set to VALUE (e.g. ``SOLO_TILE_MIN_FILL=0.7``);
+For the model's own ranking: ``--model-top N`` adds, per shape, the cost model's N
+best configurations (``wsgemm.tuning.ranked``) and the other cluster shape of each
+(2x1 for 1x1 and back), launched as the default path would launch them
+(``wsgemm.tuning.as_launched``); ``--default-twins 1x1,1x2`` adds the default path's
+configuration with other clusters, ``--default-stages 4,6`` with other ring depths;
+``--policy NAME=VALUE`` (repeatable) adds the default path as planned with a constant
+of ``wsgemm.tuning`` set to VALUE (e.g. ``SHARED_TILES_RING_STAGES=9``);
 ``--graph`` also times every implementation in CUDA-graph replays of
 back-to-back calls (``wsgemm.timing.time_graph_replays``, the autotuner's protocol for
 short kernels):
 
-    python benchmarks/sweep_configs.py --weight --model-top 8 --graph --reps 15 \\
+    python -m benchmarks.maint.sweep_configs --weight --model-top 8 --graph --reps 15 \\
         --shapes 384x1024x1024,1024x1024x1024 --name sweep_small_problems
 
-``--base`` times benchmarks/baseline.py's export of another commit beside the
+``--base`` times ``benchmarks.maint.baseline``'s export of another commit beside the
 working tree: its default path, and with ``--tiles`` every grid config in both
 (a kernel change at fixed configs):
 
-    python benchmarks/baseline.py HEAD~1 /tmp/base
-    PYTHONPATH=/tmp/base python benchmarks/sweep_configs.py --weight --base --default \
+    python -m benchmarks.maint.baseline HEAD~1 /tmp/base
+    PYTHONPATH=/tmp/base python -m benchmarks.maint.sweep_configs --weight --base --default \
         --tiles 128x128 --clusters 1x1,2x1 --shapes 384x4096x8192 --name padded_tiles_ab
 
 ``--weight`` passes B as ``W.t()`` of an (N, K) weight, as ``nn.Linear`` stores it
@@ -48,28 +49,26 @@ import functools
 import itertools
 import json
 import re
-import shlex
 import sys
 from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_gemm import (DTYPES, cuda_kernel_events, environment, gpu_state, parse_shapes,  # noqa: E402
-                        summarize, time_interleaved, within_tolerance)
-
-from suite import baseline_gemm, default_config_with, wsgemm_config  # noqa: E402
-
-import wsgemm  # noqa: E402
-import wsgemm.timing  # noqa: E402
-from wsgemm import GemmConfig, heuristics  # noqa: E402
-from wsgemm.autotune import GRAPH_CALLS  # noqa: E402
-from wsgemm.config import ConfigError  # noqa: E402
+import wsgemm
+import wsgemm.timing
+from benchmarks.harness import (
+    DTYPES, RESULTS, baseline_gemm, cuda_kernel_events, default_config_with, environment, gpu_of, gpu_state,
+    operands, parse_shapes, plan_text, policy_modules, regenerate_command, summarize,
+    time_interleaved, within_tolerance,
+)
+from wsgemm import GemmConfig, tuning
+from wsgemm.config import ConfigError
+from wsgemm.tuning.autotune import GRAPH_CALLS
 
 _PAIR = dict(tile_m=128, tile_n=128, cluster_m=2)
 
 HAND_PICKED = {
-    # cuBLAS's tile and ring for 512x4096x4096 (128x128, 6 stages; NOTES section 13),
+    # cuBLAS's tile and ring for 512x4096x4096 (128x128, 6 stages; docs/tuning-log/tile-shapes.md),
     # in our faster cluster orientation: which knob of ours closes the gap?
     "cublas-512": {
         "c2x1": GemmConfig(**_PAIR),
@@ -80,15 +79,15 @@ HAND_PICKED = {
         "c2x1 along_n": GemmConfig(**_PAIR, raster="along_n"), "c2x1 sw2": GemmConfig(**_PAIR, swizzle=2),
         "128x256 c2x1": GemmConfig(tile_n=256, cluster_m=2),
     },
-    # Section 16: the last partial wave of many-wave problems streamed (stream-K)
-    # against left whole.
+    # The last partial wave of many-wave problems streamed (stream-K) against left
+    # whole (docs/tuning-log/stream-k.md).
     "streamk": {
         "128x256 c2x1": GemmConfig(cluster_m=2),
         "128x256 c2x1 streamk": GemmConfig(cluster_m=2, stream_k=True),
         "128x256 c1x1": GemmConfig(),
         "128x256 c1x1 streamk": GemmConfig(stream_k=True),
     },
-    # Section 1: large tiles, clusters, raster and look-ahead at 8192^3.
+    # Large tiles, clusters, raster and look-ahead at 8192^3 (docs/tuning-log/tile-shapes.md).
     "8192": {
         "128x256 c1x1": GemmConfig(),
         "128x256 c2x1": GemmConfig(cluster_m=2),
@@ -126,31 +125,40 @@ def grid(tiles: str, clusters: str, splits: str, stages: str = "auto", swaps: st
     return configs
 
 
-def model_candidates(m, n, k, top: int, weight_layout: bool, sms: int, dtype_name: str) -> dict[str, GemmConfig]:
-    """The model's ``top`` best configurations for this problem and the other cluster
-    shape of each unswapped one, as the default path would launch them."""
-    ranked = [c for _, c in heuristics.ranked_sm90_configs(m, n, k, 1, sms, can_swap=weight_layout)[:top]]
+def sweep_problem(m: int, n: int, k: int, weight_layout: bool, dtype_name: str = "bf16") -> tuning.Problem:
+    """The planner's problem for ``A (M, K) @ B``, B = ``W.t()`` (K-major) with
+    ``weight_layout``, else row-major, D row-major: 2-D, so A and B may swap, as the
+    default path plans it."""
+    return tuning.Problem(m, n, k, 1, dtype_name, dtype_name, "k", "k" if weight_layout else "n", "n",
+                          can_swap=True)
+
+
+def model_candidates(m, n, k, top: int, weight_layout: bool, gpu: tuning.Gpu,
+                     dtype_name: str = "bf16") -> dict[str, GemmConfig]:
+    """The cost model's ``top`` best configurations for this problem and the other
+    cluster shape of each unswapped one, as the default path would launch them."""
+    problem = sweep_problem(m, n, k, weight_layout, dtype_name)
+    ranked = [c for _, c in tuning.ranked(problem, gpu)[:top]]
     candidates = {}
     for rank, config in enumerate(ranked, 1):
         twins = [config]
         if not config.swap_ab and -(-m // config.tile_m) >= 2:
             twins.append(dataclasses.replace(config, cluster_m=3 - config.cluster_m, cluster_n=1))
         for twin in twins:
-            kernel_m, kernel_n = (n, m) if twin.swap_ab else (m, n)
-            launched = heuristics.as_launched("sm90", twin, kernel_m, kernel_n, k, 1, sms, dtype_name, dtype_name)
+            launched = tuning.as_launched(problem.kernel_problem(twin.swap_ab), twin, gpu)
             if launched not in candidates.values():  # a twin may be another rank's config
                 candidates[f"model#{rank}{'' if twin is config else ' twin'} {launched.short()}"] = launched
     return candidates
 
 
 def policy_setting(text: str, error) -> tuple[str, object]:
-    """``NAME=VALUE`` -> (NAME, VALUE as a Python literal) for a constant that
-    ``wsgemm.heuristics`` has; ``error(message)`` otherwise."""
+    """``NAME=VALUE`` -> (NAME, VALUE as a Python literal) for a constant that a module
+    of ``wsgemm.tuning`` has (``harness.planning_policy``); ``error(message)`` otherwise."""
     import ast
 
     name, _, value = text.partition("=")
-    if not hasattr(heuristics, name) or not name.isupper():
-        error(f"--policy: wsgemm.heuristics has no constant {name!r}")
+    if not name.isupper() or not any(hasattr(module, name) for module in policy_modules()):
+        error(f"--policy: wsgemm.tuning has no constant {name!r}")
     try:
         return name, ast.literal_eval(value)
     except (ValueError, SyntaxError):
@@ -158,7 +166,7 @@ def policy_setting(text: str, error) -> tuple[str, object]:
 
 
 def in_base_package(config: GemmConfig):
-    """f(a, b): ``config`` run by benchmarks/baseline.py's export (``wsgemm_base``),
+    """f(a, b): ``config`` run by ``benchmarks.maint.baseline``'s export (``wsgemm_base``),
     given by its fields that differ from the defaults (enums by value), so that a
     field added since that commit need not exist there."""
     import wsgemm_base
@@ -197,8 +205,7 @@ def cublas_kernels(fn) -> list[str]:
 
 def sweep_shape(m, n, k, dtype, candidates, reps, flush, weight_layout, graph: bool = False,
                 time_wrong: bool = False) -> dict:
-    a = torch.randn(m, k, device="cuda").to(dtype)
-    b = torch.randn(n, k, device="cuda").to(dtype).t() if weight_layout else torch.randn(k, n, device="cuda").to(dtype)
+    a, b = operands(m, n, k, dtype, weight_layout)
     ref = a.float() @ b.float()
     calls = {"torch.matmul": torch.matmul}
     errors, skipped = {}, {}
@@ -226,7 +233,7 @@ def sweep_shape(m, n, k, dtype, candidates, reps, flush, weight_layout, graph: b
             rows[label]["graph_ms"] = ms
     return {"shape": [m, n, k], "b": "W.t()" if weight_layout else "row-major",
             "cublas_kernels": cublas_kernels(functools.partial(torch.matmul, a, b)), "rows": rows,
-            "skipped": skipped, "default_plan": wsgemm_config(a, b, None)}
+            "skipped": skipped, "default_plan": plan_text(a, b, None)}
 
 
 def compact(result: dict) -> dict:
@@ -264,7 +271,8 @@ def print_shape(result: dict, reps: int) -> None:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(prog="python -m benchmarks.maint.sweep_configs", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--shapes", "--shape", default="8192x8192x8192", help="MxNxK[,MxNxK...]")
     p.add_argument("--dtype", default="bf16")
     p.add_argument("--weight", action="store_true", help="B = W.t() of an (N, K) weight")
@@ -282,12 +290,12 @@ def main(argv=None) -> int:
     p.add_argument("--default", action="store_true",
                    help="also time the default path (config=None: the tuned table, else the model)")
     p.add_argument("--base", action="store_true",
-                   help="also time the default path of benchmarks/baseline.py's export (wsgemm_base on "
+                   help="also time the default path of benchmarks.maint.baseline's export (wsgemm_base on "
                         "the path), and with --tiles each grid config there too")
     p.add_argument("--model-top", type=int, default=0,
                    help="also time the model's N best configs per shape and their other cluster shape")
     p.add_argument("--policy", action="append", default=[], metavar="NAME=VALUE",
-                   help="also time the default path planned with this wsgemm.heuristics constant changed "
+                   help="also time the default path planned with this wsgemm.tuning constant changed "
                         "(repeatable; one candidate each)")
     p.add_argument("--default-twins", default="",
                    help="also time the default path's config with these clusters, e.g. 1x1,1x2")
@@ -299,7 +307,7 @@ def main(argv=None) -> int:
                         "ablations that skip work on purpose (a --base export of a commit that does)")
     p.add_argument("--reps", type=int, default=20)
     p.add_argument("--name", default="sweep_8192_bf16")
-    p.add_argument("--out", default=str(Path(__file__).parent / "results"))
+    p.add_argument("--out", default=str(RESULTS), help="output folder (default: benchmarks/results/)")
     args = p.parse_args(argv)
     asked_other = (args.tiles or args.default or args.base or args.model_top or args.default_twins
                    or args.default_stages or args.policy)
@@ -325,16 +333,17 @@ def main(argv=None) -> int:
     flush = wsgemm.timing.L2Flush()  # the autotuner's protocol
     shapes = parse_shapes(args.shapes)
     results = []
-    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    gpu = gpu_of(torch.empty(0, device="cuda"))
     for i, (m, n, k) in enumerate(shapes, 1):
         shape_candidates = dict(candidates)
         if args.model_top:
-            shape_candidates.update(model_candidates(m, n, k, args.model_top, args.weight, sms, args.dtype))
+            shape_candidates.update(model_candidates(m, n, k, args.model_top, args.weight, gpu, args.dtype))
         print(f"[{i}/{len(shapes)}] {m}x{n}x{k}: compiling and checking {len(shape_candidates)} configs", flush=True)
         results.append(sweep_shape(m, n, k, dtype, shape_candidates, args.reps, flush, args.weight, args.graph,
                                    args.time_wrong))
         print_shape(results[-1], args.reps)
-    report = {"command": shlex.join(["python", "benchmarks/sweep_configs.py", *(argv or sys.argv[1:])]),
+    report = {"command": regenerate_command("benchmarks.maint.sweep_configs",
+                                            sys.argv[1:] if argv is None else argv),
               "dtype": args.dtype, "reps": args.reps, "environment": environment(), "gpu_state": gpu_state(),
               **({"baseline": note} if args.base else {}),
               "units": {"us": "[median, p10, p90] microseconds of single calls",

@@ -1,37 +1,39 @@
 """Autotune every shape bucket of some benchmark suites, and keep the autotuner's file.
 
-    WSGEMM_CACHE_DIR=/tmp/ws python benchmarks/tune.py --suite llm --suite decode \\
-        --save benchmarks/results/autotune_h200_c.json
-    python benchmarks/tuned_table.py benchmarks/results/autotune_h200_c.json
+    WSGEMM_CACHE_DIR=/tmp/ws python -m benchmarks.maint.tune --suite llm --suite decode --save run.json.gz
+    python -m benchmarks.maint.tuned_table <committed runs ...> run.json.gz
 
 Calls ``wsgemm.gemm(a, b, config="autotune")`` once per problem, on the operands the
-suite times (``suite.make_operands``); problems whose bucket is already in the cache
-cost nothing. Start from an empty cache directory to re-tune everything. The saved
-file is ``autotune.json`` as the autotuner wrote it: every candidate's time per bucket.
+suite times (``benchmarks.harness.make_operands``); problems whose bucket is already in
+the cache cost nothing. Start from an empty cache directory to re-tune everything.
+The saved file is ``autotune.json`` as the autotuner wrote it
+(``wsgemm.tuning.autotune``: every candidate's time per bucket, keyed
+``<Gpu.table_key>|<bucket>``, with the M it was timed at), gzipped where ``--save``
+ends in ``.gz``.
 """
 
 from __future__ import annotations
 
 import argparse
-import shutil
 import sys
 import time
 from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import shapes  # noqa: E402
-from suite import make_operands  # noqa: E402
-
-import wsgemm  # noqa: E402
+import wsgemm
+from benchmarks import shapes
+from benchmarks.harness import make_operands, read_bytes, write_text
+from wsgemm import plans
+from wsgemm.tuning import autotune
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(prog="python -m benchmarks.maint.tune", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--suite", action="append", choices=sorted(shapes.SUITES), required=True)
     p.add_argument("--filter", default=None, help="only problems whose label matches this regular expression")
-    p.add_argument("--save", type=Path, required=True, help="where to copy the autotune file")
+    p.add_argument("--save", type=Path, required=True, help="where to copy the autotune file (.json or .json.gz)")
     args = p.parse_args(argv)
     problems = shapes.select(args.suite, args.filter)
     start = time.monotonic()
@@ -39,11 +41,11 @@ def main(argv=None) -> int:
         t0 = time.monotonic()
         a, b = make_operands(problem, torch.bfloat16)
         wsgemm.gemm(a, b, config="autotune")
-        plan = wsgemm.api.make_plan(a, b, None, None, "autotune")
+        plan = plans.make_plan(a, b, None, None, "autotune")
         print(f"[{i}/{len(problems)}] {problem.label}: {plan.spec.config.short()} "
               f"({time.monotonic() - t0:.1f} s)", flush=True)
     args.save.parent.mkdir(parents=True, exist_ok=True)
-    shutil.copyfile(wsgemm.autotune.cache_path(), args.save)
+    write_text(args.save, read_bytes(autotune.cache_path()).decode())
     print(f"tuned {len(problems)} problems in {time.monotonic() - start:.0f} s; wrote {args.save}")
     return 0
 

@@ -1,18 +1,33 @@
-"""How long each kernel of back-to-back calls takes, as CUPTI records it (H200).
+"""Study: how long does each kernel of back-to-back calls take, untraced?
 
-Calls of one fixed configuration are captured in a CUDA graph (``--calls`` a graph, no
-L2 flush between them) and replayed under the profiler; per implementation: the median
-kernel duration, the median gap between consecutive kernels, and the time per call
-from CUDA events around whole replays. With ``--base`` a ``benchmarks/baseline.py``
-export of another commit runs beside this tree's package, so a kernel change can be
-told apart from host time and launch gaps. ``--after-flush RUNS`` adds each kernel's
-median over single calls after the suite's L2 flush. Untraced, unlike
-``kernel_timeline.py``, whose trace points move a kernel by a few tenths of a
-microsecond (NOTES section 52: they hid the 1.2-1.4 us the split-K fix-up's serial
-slots cost).
+**Question.** A change to split-K's fix-up (the finisher loading its slots in rounds
+before adding them) ran 12.70 -> 11.62 us at 8 splits in a config sweep's graph
+replays, yet ``benchmarks.maint.kernel_timeline``'s trace points saw no gain. Is the
+gain the kernel's, and what do the trace points cost?
 
-    python benchmarks/baseline.py e009d98 /tmp/base
-    PYTHONPATH=/tmp/base python benchmarks/back_to_back_kernels.py --base --after-flush 15 \\
+**Run** 2026-12-01 on an H200 (NVIDIA H200, CUDA graphs of 20 calls of
+1024x16x8192, 64x16 tiles split 2-8, beside the commit before the change through
+``benchmarks.maint.baseline``).
+
+**Result.** CUPTI, untraced: 7.36 -> 6.21 us a kernel at 8 splits back to back, level
+at 2 splits; after the suite's L2 flush 9.38 -> 8.03 us at 8 splits. Traced: level.
+
+**Conclusion.** The gain is the kernel's: the trace points shift a kernel by
+0.4-0.7 us, too coarse to tell such variants apart, and a serial fix-up slot costs
+~0.2 us. Variants that differ by less than a microsecond are compared untraced, with
+this script. Tuning log: docs/tuning-log/split-k.md.
+
+What it measures: calls of one fixed configuration are captured in a CUDA graph
+(``--calls`` a graph, no L2 flush between them) and replayed under the profiler; per
+implementation: the median kernel duration, the median gap between consecutive
+kernels, and the time per call from CUDA events around whole replays. With ``--base``
+a ``benchmarks.maint.baseline`` export of another commit runs beside this tree's
+package, so a kernel change can be told apart from host time and launch gaps.
+``--after-flush RUNS`` adds each kernel's median over single calls after the suite's
+L2 flush.
+
+    python -m benchmarks.maint.baseline e009d98 /tmp/base
+    PYTHONPATH=/tmp/base python -m benchmarks.studies.back_to_back_kernels --base --after-flush 15 \\
         --shape 1024x16x8192 --tile 64x16 --splits 2,4,8 --name fixup_back_to_back
 """
 
@@ -26,12 +41,9 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_gemm import environment, kernel_spans, within_tolerance  # noqa: E402
-from result_files import regenerate_command  # noqa: E402
-
-import wsgemm  # noqa: E402
-import wsgemm.timing  # noqa: E402
+import wsgemm
+import wsgemm.timing
+from benchmarks.harness import RESULTS, environment, kernel_spans, operands, regenerate_command, within_tolerance
 
 
 def kernel_stats(spans: list[tuple[float, float]]) -> dict:
@@ -81,17 +93,18 @@ def back_to_back(package, a, b, config, calls: int, replays: int) -> dict:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(prog="python -m benchmarks.studies.back_to_back_kernels", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--shape", required=True, help="MxNxK; B = W.t() of an (N, K) weight")
     p.add_argument("--tile", required=True, help="TMxTN")
     p.add_argument("--splits", default="1", help="split_k values, e.g. 4,8")
     p.add_argument("--calls", type=int, default=20, help="calls captured in one graph")
     p.add_argument("--replays", type=int, default=5)
-    p.add_argument("--base", action="store_true", help="also run benchmarks/baseline.py's export (wsgemm_base)")
+    p.add_argument("--base", action="store_true", help="also run benchmarks.maint.baseline's export (wsgemm_base)")
     p.add_argument("--after-flush", type=int, default=0, metavar="RUNS",
                    help="also single calls, each after the suite's L2 flush: the median kernel of RUNS")
     p.add_argument("--name", default="back_to_back_kernels")
-    p.add_argument("--out", type=Path, default=Path(__file__).resolve().parent / "results")
+    p.add_argument("--out", type=Path, default=RESULTS, help="output folder (default: benchmarks/results/)")
     args = p.parse_args(argv)
     m, n, k = (int(v) for v in args.shape.split("x"))
     tile_m, tile_n = (int(v) for v in args.tile.split("x"))
@@ -99,8 +112,7 @@ def main(argv=None) -> int:
     if args.base:
         import wsgemm_base
         packages["wsgemm-base"] = wsgemm_base
-    a = torch.randn(m, k, device="cuda").to(torch.bfloat16)
-    b = torch.randn(n, k, device="cuda").to(torch.bfloat16).t()
+    a, b = operands(m, n, k)
     rows = []
     for split in (int(s) for s in args.splits.split(",")):
         for name, package in packages.items():
@@ -113,7 +125,8 @@ def main(argv=None) -> int:
             print(f"{name:12s} {row['config']}: kernel {row['median_us']:.2f} us, gap {row['median_gap_us']:.2f}, "
                   f"{row['per_call_us']:.2f} us a call"
                   + (f"; after a flush {row['after_flush_us']:.2f} us" if args.after_flush else ""), flush=True)
-    report = {"command": regenerate_command("back_to_back_kernels.py", sys.argv[1:] if argv is None else argv),
+    report = {"command": regenerate_command("benchmarks.studies.back_to_back_kernels",
+                                            sys.argv[1:] if argv is None else argv),
               "environment": environment(), "shape": [m, n, k], "b": "W.t()", "calls": args.calls,
               "replays": args.replays, "rows": rows}
     args.out.mkdir(parents=True, exist_ok=True)

@@ -1,21 +1,40 @@
-"""Decode steps of a small Llama-3-8B-shaped stack, eager and under ``torch.compile``,
-with ``torch.nn.Linear`` (cuBLAS) beside ``wsgemm.nn.Linear``: what a model sees of
-the kernels and of the host path, side by side in one process.
+"""Study: what does a model's decode step see of wsgemm, eager and under torch.compile?
 
-Each layer is the 8B layer's four projections without attention (which neither
-library computes): qkv 4096 -> 6144, whose first 4096 columns stand in for the
-attention output, o 4096 -> 4096 plus the residual, gate_up 4096 -> 28672, SiLU(gate)
-* up, down 14336 -> 4096 plus the residual. Its weights (~436 MB a layer) are read
-from HBM every step, as at decode. Three models share the same weights: torch's
-layers, wsgemm's, and wsgemm's with ``read_weight_before_wait`` (the promise that no
-earlier kernel writes the weights, true at inference). Each runs eager, compiled
-(inductor's default: one launch per kernel, host time counts) and compiled with
-``mode="reduce-overhead"`` (CUDA graphs: the host is out of the loop), under
+**Question.** Per-call timings say little about a model: between its GEMMs sit
+``nn.Module`` calls, a forward's Python and, under ``torch.compile``, inductor's
+launches or CUDA graphs. How do decode steps of Llama-3-8B-shaped layers compare with
+``torch.nn.Linear`` (cuBLAS) and ``wsgemm.nn.Linear`` on the same weights?
+
+**Run** 2026-12-01 on an H200, rerun 2026-12-02 after the host-path changes it
+prompted (``results/compiled_decode.md``: two layers, M = 1 and 16).
+
+**Result.** First run: in CUDA graphs (``reduce-overhead``) 1.005x (M = 1) and 1.019x
+(M = 16) of torch's step; outside them M = 1 was host-bound for wsgemm (eager
+0.867x, compiled 0.752x). Rerun, with decode plans launched from C++ and the layer's
+weight transposed in C++: eager 1.145x and 1.274x, compiled 1.019x and 1.074x,
+reduce-overhead 0.990x and 1.025x (M = 1, 16). Eager and compiled steps without
+graphs take within ~2 us of the host's time to issue them, for both libraries.
+
+**Conclusion.** Outside CUDA graphs the steps are host-bound and move with the host
+from one process to the next; ``benchmarks/bench_overhead.py``'s per-call table is
+the evidence of what a call costs, this the check of what a model sees. Found on the
+way: the split-K workspace under CUDA-graph trees (fixed). Tuning log:
+docs/tuning-log/host-overhead.md.
+
+What it measures: each layer is the 8B layer's four projections without attention
+(which neither library computes): qkv 4096 -> 6144, whose first 4096 columns stand
+in for the attention output, o 4096 -> 4096 plus the residual, gate_up 4096 -> 28672,
+SiLU(gate) * up, down 14336 -> 4096 plus the residual. Its weights (~436 MB a layer)
+are read from HBM every step, as at decode. Three models share the same weights:
+torch's layers, wsgemm's, and wsgemm's with ``read_weight_before_wait`` (the promise
+that no earlier kernel writes the weights, true at inference). Each runs eager,
+compiled (inductor's default: one launch per kernel, host time counts) and compiled
+with ``mode="reduce-overhead"`` (CUDA graphs: the host is out of the loop), under
 ``torch.inference_mode``. Each output is checked against the eager torch model's
 before it is timed; a wrong one is reported, not timed. Timing: ``--steps`` steps
 between CUDA events, per model and mode in turns, median of ``--reps`` such loops.
 
-    python benchmarks/bench_compiled_decode.py --tokens 1,16 --layers 2
+    python -m benchmarks.studies.bench_compiled_decode --tokens 1,16 --layers 2
 
 Writes ``<out>/compiled_decode.json.gz`` and ``.md``.
 """
@@ -31,13 +50,10 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_gemm import environment, gpu_state, write_results  # noqa: E402
-from result_files import regenerate_command  # noqa: E402
-
-import wsgemm  # noqa: E402
-import wsgemm.nn  # noqa: E402
-import wsgemm.timing  # noqa: E402
+import wsgemm
+import wsgemm.nn
+import wsgemm.timing
+from benchmarks.harness import RESULTS, environment, gpu_state, regenerate_command, write_results
 
 HIDDEN, QKV, INTERMEDIATE = 4096, 6144, 14336  # Llama-3 8B
 MODES = ("eager", "compiled", "compiled, reduce-overhead")
@@ -128,7 +144,7 @@ def paired_ratio(ours: dict, theirs: dict) -> float:
     (loop i of each run is taken in the same round): outside CUDA graphs the steps are
     host-bound, and a disturbance of the host lasting seconds moves the loops of one
     round alike, so their ratio cancels what a ratio of the two medians keeps (those
-    medians moved 0.94-1.19x between runs, benchmarks/NOTES.md section 59). Reports
+    medians moved 0.94-1.19x between runs, docs/tuning-log/host-overhead.md). Reports
     without the loops: the ratio of the medians."""
     if "loops_us" in ours and "loops_us" in theirs:
         return statistics.median(t / o for t, o in zip(theirs["loops_us"], ours["loops_us"]))
@@ -151,7 +167,7 @@ def markdown(report: dict) -> str:
     def cell(row):
         if row.get("status") != "ok":
             return f"wrong (rel. error {row['rel_error']:.2g})"
-        host = f"; host {row['host_us']:.1f}" if "host_us" in row else ""  # reports before session 44 lack it
+        host = f"; host {row['host_us']:.1f}" if "host_us" in row else ""  # the first reports lack it
         return f"{row['median_us']:.1f} ({row['p10_us']:.1f}-{row['p90_us']:.1f}{host})"
 
     def ratio(ours, theirs):
@@ -170,13 +186,14 @@ def markdown(report: dict) -> str:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(prog="python -m benchmarks.studies.bench_compiled_decode", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--tokens", default="1,16", help="comma-separated decode batch sizes (M)")
     p.add_argument("--layers", type=int, default=2)
     p.add_argument("--steps", type=int, default=50)
     p.add_argument("--reps", type=int, default=15)
     p.add_argument("--tolerance", type=float, default=2e-2, help="largest relative error against eager torch")
-    p.add_argument("--out", default=str(Path(__file__).parent / "results"))
+    p.add_argument("--out", default=str(RESULTS), help="output folder (default: benchmarks/results/)")
     args = p.parse_args(argv)
     argv = sys.argv[1:] if argv is None else argv
     torch.manual_seed(0)
@@ -190,7 +207,7 @@ def main(argv=None) -> int:
         parameter.mul_(0.02 / parameter.std())  # a trained model's scale: activations stay O(1)
     models = {"torch": reference, "wsgemm": with_wsgemm_layers(reference, promise=False),
               "wsgemm-promise": with_wsgemm_layers(reference, promise=True)}
-    report = {"command": regenerate_command("bench_compiled_decode.py", argv), "environment": environment(),
+    report = {"command": regenerate_command("benchmarks.studies.bench_compiled_decode", argv), "environment": environment(),
               "layers": args.layers, "steps": args.steps, "reps": args.reps, "gpu_before": gpu_state(), "rows": {}}
     for tokens in (int(t) for t in args.tokens.split(",")):
         report["rows"][str(tokens)] = bench_tokens(models, tokens, args.steps, args.reps, args.tolerance)

@@ -1,8 +1,24 @@
-"""Ablation of the producer look-ahead policy on the SM90 kernel (H200).
+"""Study: where should the SM90 producer probe the ring's next stage?
 
-For each shape, every (policy, stage count) variant is compiled, checked against a
-float32 reference, then timed with the others interleaved (CUDA events, L2 flushed
-before every run, median and spread of ``--reps`` runs each). Shapes:
+**Question.** CUTLASS's producer probes stage k+1 (``producer_try_acquire``) before it
+issues stage k's TMA copies (``before_copy``). Does that order buy speed over probing
+after the copies (``after_copy``) or not probing at all (``none``), and at which ring
+depths?
+
+**Run** 2026-11-29 on an H200 (``results/lookahead_ablation.md``).
+
+**Result.** No measurable difference at 3-6 stages (within 0-3 %, mostly within the
+runs' spread); at 2 stages the early probe was the slower one by 1-2 %.
+
+**Conclusion.** The placement does not matter on the H200: a ``try_wait`` without a
+time hint does not stall the warp (``benchmarks/studies/trywait_microbench.py``), and
+every placement is correct. ``before_copy`` (CUTLASS's order) stays the default.
+Tuning log: docs/tuning-log/lookahead.md; the whole answer: docs/producer-lookahead.md.
+
+What it measures: for each shape, every (policy, stage count) variant is compiled,
+checked against a float32 reference, then timed with the others interleaved (CUDA
+events, L2 flushed before every run, median and spread of ``--reps`` runs each).
+Shapes:
 
 * compute-bound: 8192^3 (128x256 tiles, 2048 tiles over 132 SMs);
 * latency-bound: few output tiles, long K (512x512x32768 with 128x128 tiles: 16 tiles);
@@ -10,7 +26,7 @@ before every run, median and spread of ``--reps`` runs each). Shapes:
 
 Stage counts run from 2 to the most that fit in shared memory for the tile.
 
-    python benchmarks/bench_lookahead.py --reps 25
+    python -m benchmarks.studies.bench_lookahead --reps 25
 """
 
 from __future__ import annotations
@@ -21,14 +37,13 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_gemm import (environment, gpu_state, summarize, time_interleaved, within_tolerance,  # noqa: E402
-                        write_results)
-
-import wsgemm  # noqa: E402
-import wsgemm.timing  # noqa: E402
-from wsgemm import GemmConfig, Lookahead  # noqa: E402
-from wsgemm import config as cfg  # noqa: E402
+import wsgemm
+import wsgemm.timing
+from benchmarks.harness import (
+    RESULTS, environment, gpu_state, summarize, time_interleaved, within_tolerance, write_results,
+)
+from wsgemm import GemmConfig, Lookahead
+from wsgemm import config as cfg
 
 SHAPES = {
     "compute-bound 8192^3": ((8192, 8192, 8192), (128, 256)),
@@ -97,15 +112,16 @@ def markdown(report: dict) -> str:
             lines.append(f"\nWRONG RESULTS (not timed): {row['wrong']}")
         lines.append("")
     lines += [f"GPU before: {report['gpu_before']}; after: {report['gpu_after']}.", "",
-              "Regenerate: `python benchmarks/bench_lookahead.py`"]
+              "Regenerate: `python -m benchmarks.studies.bench_lookahead`"]
     return "\n".join(lines) + "\n"
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(prog="python -m benchmarks.studies.bench_lookahead", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--reps", type=int, default=25)
     p.add_argument("--shapes", default=",".join(SHAPES), help="comma-separated labels from SHAPES")
-    p.add_argument("--out", default=str(Path(__file__).parent / "results"))
+    p.add_argument("--out", default=str(RESULTS), help="output folder (default: benchmarks/results/)")
     args = p.parse_args(argv)
     flush = wsgemm.timing.L2Flush()  # the autotuner's protocol
     report = {"environment": environment(), "reps": args.reps, "gpu_before": gpu_state(), "rows": []}

@@ -1,19 +1,33 @@
-"""Does the autotuner time a large GEMM in the clock regime the suite reports?
+"""Study: does the autotuner time a large GEMM in the clock regime the suite reports?
 
-    python benchmarks/clock_throttle.py --shape 8192x6144x4096 --rest 0 --rest 2
+**Question.** The autotuner timed its candidates back to back, round after round; the
+suite rests between problems. Do the two see the same SM clock on large shapes?
 
-For each ``--rest`` (``wsgemm.autotune.REST_AFTER_ROUND``: 0 is the back-to-back
-timing the autotuner used until session 14), times wsgemm's default and
-torch.matmul on the same operands three ways, with ``nvidia-smi`` sampling the SM
-clock every 50 ms:
+**Run** 2026-11-30 on an H200, 8192x6144x4096 (``results/clock_throttle.md``).
+
+**Result.** No: back to back, the autotuner's loop fell from 1980 to 1575-1665 MHz and
+timed 8-18 % slower than the suite did (wsgemm's default 555 us against the suite's
+513, the fastest of 12 candidates 605 us). Resting after each round
+(``REST_AFTER_ROUND = 2``: idle twice the round's time) kept 1980 MHz throughout, and
+the autotuner then agreed with the suite (512.7 against 513.4 us).
+
+**Conclusion.** ``wsgemm.timing.time_in_turns`` rests after each round, and rested
+rounds open with an untimed call; the autotuner's timing matches the suite's.
+Tuning log: docs/tuning-log/timing.md.
+
+What it measures: for each ``--rest`` (``wsgemm.tuning.autotune.REST_AFTER_ROUND``; 0
+is back to back), wsgemm's default and torch.matmul on the same operands three ways,
+with ``nvidia-smi`` sampling the SM clock every 50 ms:
 
 - ``suite``: the benchmark suite's loop (5 warm-up rounds, 20 timed rounds in turns,
   ``wsgemm.timing.L2Flush`` before each call);
-- ``autotuner, 2 calls``: ``wsgemm.autotune._time_candidates`` on the same two;
-- ``autotuner, 12 candidates``: the autotuner's candidates for the shape, as it
-  launches them, plus torch.matmul.
+- ``autotuner, 2 calls``: ``wsgemm.tuning.autotune._time_candidates`` on the same two;
+- ``autotuner, 12 candidates``: the autotuner's candidates for the shape
+  (``candidates_to_time``), as it launches them, plus torch.matmul.
 
-Writes ``results/clock_throttle.json.gz`` and ``.md`` (benchmarks/NOTES.md section 23).
+    python -m benchmarks.studies.clock_throttle --shape 8192x6144x4096 --rest 0 --rest 2
+
+Writes ``results/clock_throttle.json.gz`` and ``.md``.
 """
 
 from __future__ import annotations
@@ -30,13 +44,11 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_gemm import environment, write_results  # noqa: E402
-
-import wsgemm  # noqa: E402
-import wsgemm.timing  # noqa: E402
-from wsgemm import api, autotune  # noqa: E402
-from wsgemm.heuristics import as_launched, candidates_to_time  # noqa: E402
+import wsgemm
+import wsgemm.timing
+from benchmarks.harness import RESULTS, environment, gpu_of, operands, regenerate_command, write_results
+from wsgemm import plans, tuning
+from wsgemm.tuning import autotune
 
 SAMPLE_MS = 50
 SUITE_WARMUP, SUITE_ROUNDS = 5, 20
@@ -82,14 +94,13 @@ def median_us(times: dict) -> dict[str, float]:
 
 def measure(m: int, n: int, k: int, rest: float) -> dict:
     autotune.REST_AFTER_ROUND = rest
-    a = torch.randn(m, k, device="cuda").to(torch.bfloat16)
-    b = torch.randn(n, k, device="cuda").to(torch.bfloat16).t()  # an nn.Linear weight, as the LLM suite
-    arch, sms, _ = api._device_facts(a.device.index or 0)
+    a, b = operands(m, n, k)  # B an nn.Linear weight, as the LLM suite
+    gpu = gpu_of(a)
+    problem = tuning.Problem(m, n, k, can_swap=True)  # bf16, both operands K-major, as planned for these
     candidates = {}
-    for config in candidates_to_time(m, n, k, 1, sms, True, autotune.TOP_CANDIDATES,
-                                     tokens_up_to=autotune.bucket_bound(m)):
-        launched = as_launched(arch, config, *((n, m) if config.swap_ab else (m, n)), k, 1, sms, "bf16", "bf16")
-        candidates[config.short()] = (lambda c: lambda: api.gemm_eager(a, b, None, None, c))(launched)
+    for config in autotune.candidates_to_time(problem, gpu, autotune.TOP_CANDIDATES):
+        launched = tuning.as_launched(problem.kernel_problem(config.swap_ab), config, gpu)
+        candidates[config.short()] = (lambda c: lambda: plans.gemm_eager(a, b, None, None, c))(launched)
     pair = {"wsgemm default": lambda: wsgemm.gemm(a, b), "torch.matmul": lambda: torch.matmul(a, b)}
     for fn in [*candidates.values(), *pair.values()]:  # compile before anything is timed
         fn()
@@ -119,7 +130,7 @@ def render(report: dict) -> str:
     lines = ["# The autotuner's timing against the suite's, with the SM clock sampled", "",
              (f"{env['gpu']}, torch {env['torch']}, wsgemm {env['wsgemm']}; {env['date']}. "
               f"Median us per call; SM clock from nvidia-smi every {SAMPLE_MS} ms during each phase. "
-              "`rest`: wsgemm.autotune.REST_AFTER_ROUND (0: back to back, the autotuner before session 14)."), "",
+              "`rest`: the autotuner's REST_AFTER_ROUND (0: back to back, as the autotuner timed at first)."), "",
              "| shape | rest | phase | wsgemm default | torch.matmul | fastest candidate | SM clock MHz (min-max) |",
              "|---|---|---|---|---|---|---|"]
     for run in report["runs"]:
@@ -135,15 +146,17 @@ def render(report: dict) -> str:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(prog="python -m benchmarks.studies.clock_throttle", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--shape", default="8192x6144x4096", help="MxNxK")
     p.add_argument("--rest", type=float, action="append", help="REST_AFTER_ROUND values to compare")
-    p.add_argument("--out", type=Path, default=Path(__file__).resolve().parent / "results")
+    p.add_argument("--out", type=Path, default=RESULTS, help="output folder (default: benchmarks/results/)")
     args = p.parse_args(argv)
     m, n, k = (int(x) for x in args.shape.split("x"))
     rests = args.rest or [0.0, autotune.REST_AFTER_ROUND]
-    report = {"command": "python benchmarks/clock_throttle.py --shape " + args.shape +
-              "".join(f" --rest {r:g}" for r in rests), "environment": environment(), "runs": []}
+    report = {"command": regenerate_command("benchmarks.studies.clock_throttle",
+                                            ["--shape", args.shape, *(f"--rest={r:g}" for r in rests)]),
+              "environment": environment(), "runs": []}
     for rest in rests:
         report["runs"].append(measure(m, n, k, rest))
         print(json.dumps(report["runs"][-1]["timings_us"]), flush=True)

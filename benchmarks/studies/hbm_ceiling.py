@@ -1,13 +1,24 @@
-"""How fast can any kernel read a weight from the H200's HBM? The ceiling for decode.
+"""Study: how fast can any kernel read a weight from the H200's HBM? The ceiling for decode.
 
-    python benchmarks/hbm_ceiling.py --weights 6144x4096,28672x4096 --tokens 1,16,64
+**Question.** A decode GEMM (M tokens against an N x K weight, M <= 64) reads the
+weight once and little else, so its time is the weight's bytes over the rate the HBM
+delivers them. The suite reports wsgemm and cuBLAS against each other; how far are
+both from the fastest read the GPU does at all?
 
-A decode GEMM (M tokens against an N x K weight, M <= 64) reads the weight once and
-little else, so its time is the weight's bytes over the rate the HBM delivers them.
-The suite reports wsgemm and cuBLAS against each other; this script asks how far
-both are from the fastest read the GPU does at all. For each weight it times, as
-CUDA-graph replays of back-to-back calls over rotating copies after an L2 eviction
-(``wsgemm.timing.time_graph_replays``, so launch latency is not counted):
+**Run** 2026-12-01 on an H200, the LLM suite's eight Llama-3 weights
+(``results/hbm_ceiling.md``).
+
+**Result.** The fastest of 18 Triton read-only kernels reads 3.24 TB/s (8B o, 34 MB)
+to 4.45 TB/s (70B gate_up), faster for larger weights. At M = 1, 16 and 64 wsgemm
+reaches 0.86-0.98 of it (geometric mean 0.929), cuBLAS 0.75-0.97.
+
+**Conclusion.** A bound, not a change: the 20 LLM rows with M <= 64 run at the
+ceiling would lift the suite's geometric mean from 1.020x only to 1.049x of cuBLAS;
+the rest must come from M >= 128. Tuning log: docs/tuning-log/decode.md.
+
+What it measures: for each weight, as CUDA-graph replays of back-to-back calls over
+rotating copies after an L2 eviction (``wsgemm.timing.time_graph_replays``, so launch
+latency is not counted):
 
 - ``read``: a Triton kernel that only reads the weight (16-byte loads, fp32 sums, one
   partial sum per program), over a grid of block sizes, warps and grid shapes; the
@@ -17,8 +28,11 @@ CUDA-graph replays of back-to-back calls over rotating copies after an L2 evicti
   suite's LLM rows.
 
 Rates are the weight's bytes per second (the GEMMs' token and output bytes, under
-1 % of the weight's at M <= 64, are not counted). Writes ``results/<name>.json.gz``
-and ``.md``.
+1 % of the weight's at M <= 64, are not counted).
+
+    python -m benchmarks.studies.hbm_ceiling --weights 6144x4096,28672x4096 --tokens 1,16,64
+
+Writes ``results/<name>.json.gz`` and ``.md``.
 """
 
 from __future__ import annotations
@@ -29,13 +43,11 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_gemm import TOLERANCE, environment, gpu_state, results_json  # noqa: E402
-from result_files import regenerate_command, write_text  # noqa: E402
-from suite import check  # noqa: E402
-
-import wsgemm  # noqa: E402
-import wsgemm.timing  # noqa: E402
+import wsgemm
+import wsgemm.timing
+from benchmarks.harness import (
+    RESULTS, TOLERANCE, check, environment, gpu_state, regenerate_command, results_json, write_text,
+)
 
 try:
     import triton
@@ -137,18 +149,19 @@ def markdown(report: dict) -> str:
 
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.studies.hbm_ceiling", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--weights", default="6144x4096,10240x8192,28672x4096,57344x8192",
                         help="N x K weights, comma-separated")
     parser.add_argument("--tokens", default="1,16,64", help="M of the GEMMs timed beside the reads")
     parser.add_argument("--replays", type=int, default=15)
     parser.add_argument("--name", default="hbm_ceiling")
-    parser.add_argument("--out", default=str(Path(__file__).resolve().parent / "results"))
+    parser.add_argument("--out", default=str(RESULTS), help="output folder (default: benchmarks/results/)")
     args = parser.parse_args(argv)
     weights = [tuple(int(x) for x in w.split("x")) for w in args.weights.split(",")]
     tokens = [int(m) for m in args.tokens.split(",")]
     flush = wsgemm.timing.L2Flush()
-    report = {"name": args.name, "command": regenerate_command("hbm_ceiling.py", argv),
+    report = {"name": args.name, "command": regenerate_command("benchmarks.studies.hbm_ceiling", argv),
               "environment": environment(), "replays": args.replays, "tokens": tokens,
               "gpu_before": gpu_state(), "rows": []}
     for i, (n, k) in enumerate(weights, 1):
