@@ -4,14 +4,14 @@ Teaches: how a pair of mbarriers per shared-memory slot (``full[s]``, ``empty[s]
 hands k-blocks from the TMA producer to the consumers, and which phase parity each
 side waits for. The slot and parity come from wsgemm/kernels/common/stages.py, the
 functions the kernels call; the barriers are the CPU model of PTX mbarriers
-(wsgemm/model/mbarrier.py), so every line printed is what the GPU's barrier words hold.
+(wsgemm/pipeline_sim/mbarrier.py), so every line printed is what the GPU's barrier words hold.
 
 Needs: any machine (pure Python, no GPU).
 Run:   python examples/01_mbarrier_ring.py
 """
 
 from wsgemm.kernels.common.stages import empty_wait_parity, full_wait_parity, ring_lap, stage_index
-from wsgemm.model import Mbarrier, OverArrivalError, WouldBlock
+from wsgemm.pipeline_sim import Mbarrier, OverArrivalError, WouldBlock
 
 STAGES = 2
 CONSUMER_WARPS = 4  # one consumer warpgroup; each warp releases a slot with one arrival

@@ -17,7 +17,7 @@ import tempfile
 from pathlib import Path
 
 from wsgemm import Lookahead
-from wsgemm.model import (
+from wsgemm.pipeline_sim import (
     Fault,
     Latencies,
     PipelineSpec,
@@ -49,7 +49,7 @@ finding = result.findings[Violation.STAGE_OVERWRITTEN]
 print(f"   {finding.kind.value}: {finding.message}\n   last steps:")
 print("\n".join(f"     {step}" for step in finding.trace[-6:]))
 
-print("\n4. Timeline MODEL of the default kernel shape (latencies: wsgemm.model.timeline.Latencies)")
+print("\n4. Timeline MODEL of the default kernel shape (latencies: wsgemm.pipeline_sim.timeline.Latencies)")
 spec = timeline_spec(Structure.SM90)
 timelines = compare_policies(spec)
 print("   " + format_report(timelines).replace("\n", "\n   "))
