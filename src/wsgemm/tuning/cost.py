@@ -35,9 +35,10 @@ from .problem import Problem
 
 # Share of the tensor peak a persistent tile sustains through its k-loop, by tile shape
 # (rows, columns), measured on an H200 at long K: wider tiles read less shared memory
-# per FLOP and amortise each k-block's barrier round trip over more MMAs. 192-row tiles
-# (three warpgroups of 64 rows under 168 registers) are rated as 128-row ones times
-# ``THREE_WARPGROUP_SHARE``.
+# per FLOP and amortise each k-block's barrier round trip over more MMAs. 256-row tiles
+# ran 1-2 % behind 128x256 at large M (docs/tuning-log/prefill.md); 192-row tiles (three
+# warpgroups of 64 rows under 168 registers) are rated as 128-row ones times
+# ``THREE_WARPGROUP_SHARE`` (fitted).
 TILE_EFFICIENCY = {
     (256, 192): 0.78, (256, 128): 0.78, (256, 64): 0.55, (256, 32): 0.40, (256, 16): 0.30,
     (128, 256): 0.80, (128, 224): 0.79, (128, 192): 0.78, (128, 160): 0.76, (128, 128): 0.72, (128, 96): 0.65,
@@ -52,18 +53,20 @@ THREE_WARPGROUP_SHARE = 0.9
 # the clock NVIDIA's 989 TFLOP/s figure assumes: 1830 of the 1980 MHz maximum.
 TENSOR_FLOPS_PER_SM_CLOCK = 4096
 TENSOR_CLOCK_SHARE = 1830 / 1980
-# Share of the HBM's peak a stream of TMA loads reaches (3.8 of 4.9 TB/s on an H200).
+# Share of the HBM's peak a stream of TMA loads reaches: 4.2 of 4.9 TB/s on an H200 (the
+# fastest read-only kernels reached 3.2-4.5 TB/s there, docs/tuning-log/decode.md).
 HBM_READ_SHARE = 0.85
-# What one SM streams from HBM, at most, per clock (~56 GB/s: 48-56 SMs streaming a
-# weight each pulled this much, far from HBM's share of 29 GB/s for all 132).
+# What one SM streams from HBM, at most, per clock: ~36 GB/s at 1.98 GHz (fitted; 48-56
+# SMs streaming a weight each pulled 36-56 GB/s, more than HBM's share for all 132).
 SM_STREAM_BYTES_PER_CLOCK = 18
 # One SM's port from L2, per clock.
 SM_PORT_BYTES_PER_CLOCK = 48
-# What L2 serves all SMs together, per SM per clock (8 TB/s on 132 SMs at 1.98 GHz).
+# What L2 serves all SMs together, per SM per clock: 9.4 TB/s on 132 SMs at 1.98 GHz
+# (one wave of 128x128 tiles drew 8.8-10 TB/s, docs/tuning-log/clusters.md).
 L2_BYTES_PER_SM_CLOCK = 36
-# Box rows past the tensor's edge that an SM's TMA fills with zeros, per clock: the
-# fill runs beside the loads and shows where it is most of the box (M = 1 in a
-# 64-row box).
+# Box rows past the tensor's edge that an SM's TMA fills with zeros, per clock (~8 GB/s,
+# fitted): the fill runs beside the loads and shows where it is most of the box (M = 1
+# in a 64-row box ran ~1.6x slower than M = 64, docs/tuning-log/decode.md).
 FILL_BYTES_PER_SM_CLOCK = 4
 # A TMA load's round trip under load, from HBM and from L2: a ring of S stages
 # completes at most S k-blocks per round trip.
@@ -81,7 +84,6 @@ FIXUP_S = 5.0e-6
 FIXUP_PER_EXTRA_SPLIT_S = 2.0e-6
 # An epilogue's fixed part: the consumers' barrier, fence and TMA store issue.
 EPILOGUE_S = 0.3e-6
-TILE_K = 64
 
 
 @dataclass(frozen=True)
