@@ -113,6 +113,22 @@ def test_llm_and_decode_suites_are_llama3_projections_with_weights_as_w_t():
     assert not {(p.n, p.k) for p in shapes.SUITES["qwen"]} & nk  # off the packaged table's weights
 
 
+def test_random_suites_are_reproducible_and_span_the_stated_ranges():
+    again = shapes.random_problems(shapes.REPORT_SEEDS[0])
+    assert again == shapes.SUITES[f"random{shapes.REPORT_SEEDS[0]}"]
+    assert shapes.TUNING_SEED not in shapes.REPORT_SEEDS
+    for seed in (shapes.TUNING_SEED, *shapes.REPORT_SEEDS):
+        problems = shapes.SUITES[f"random{seed}"]
+        plain = [p for p in problems if p.batch == 1]
+        batched = [p for p in problems if p.batch > 1]
+        assert len(plain) == 36 and len(batched) == 4
+        assert all(1 <= p.m <= 8192 and 256 <= min(p.n, p.k) and max(p.n, p.k) <= 16384 for p in plain)
+        assert all(p.n % 8 == 0 and p.k % 8 == 0 and p.layout == "b_weight_t" for p in plain)
+        assert sum(p.m <= 64 for p in plain) >= 8  # the decode draws, at least
+        assert all(2 <= p.batch <= 64 and p.layout == "b_row" for p in batched)
+    assert shapes.SUITES["random1001"] != shapes.SUITES["random1002"]
+
+
 def test_select_concatenates_suites_and_filters_labels():
     both = shapes.select(["square", "shortk"])
     assert len(both) == len(shapes.SUITES["square"]) + len(shapes.SUITES["shortk"])
