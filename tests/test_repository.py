@@ -64,3 +64,30 @@ def test_every_result_the_code_and_notes_cite_is_in_the_tree():
                         or name.endswith(".md") and {stem + ".json", stem + ".json.gz"} & kept):
                     missing.append(f"{path.relative_to(ROOT)}:{number}: {name}")
     assert not missing, "cited but not in benchmarks/results/ or its archive:\n" + "\n".join(missing)
+
+
+# The product speaks of its code, not of how it was developed: a numbered session means
+# nothing to a reader, and a numbered section only inside the tuning log, where it is one.
+SESSION = re.compile(rb"\bsessions? \d+", re.IGNORECASE)
+SECTION = re.compile(rb"NOTES\.md|\b[Ss]ections? \d+")
+
+
+def tracked_texts():
+    import tarfile
+
+    for path in carried_files():
+        name = str(path.relative_to(ROOT))
+        if path.name.endswith(".tar.xz"):
+            with tarfile.open(path, "r:xz") as tar:
+                for member in tar.getmembers():
+                    yield f"{name}:{member.name}", tar.extractfile(member).read()
+        elif path.suffix not in {".png", ".gz", ".o", ".so", ".cubin"}:
+            yield name, path.read_bytes()
+
+
+def test_nothing_names_a_development_session_or_a_notes_section():
+    sessions = [name for name, text in tracked_texts() if SESSION.search(text)]
+    sections = [name for name, text in tracked_texts()
+                if not name.startswith("docs/tuning-log/") and name != "tests/test_repository.py" and SECTION.search(text)]
+    assert not sessions, f"numbered sessions in {sessions}"
+    assert not sections, f"numbered sections outside docs/tuning-log/ in {sections}"
