@@ -19,7 +19,7 @@ def test_inspect_reports_a_dependent_launch_kernel(tmp_path, capsys):
 
 
 def test_a_rejected_config_is_a_one_line_error(tmp_path, capsys):
-    status = main(["inspect", "--arch", "sm_100a", "--dependent-launch", "--out", str(tmp_path)])
+    status = main(["inspect", "--arch", "sm_100f", "--dependent-launch", "--out", str(tmp_path)])
     err = capsys.readouterr().err
     assert status == 2
     assert err.startswith("python -m wsgemm inspect: dependent_launch=True: ") and "sm90 kernel only" in err

@@ -1,9 +1,10 @@
 """Compile-only verification of the SM100 (Blackwell) kernel. No Blackwell GPU is
-available to this project: these checks -- it builds for sm_100a over dtypes, majors,
+available to this project: these checks -- it builds for sm_100f over dtypes, majors,
 tiles, clusters, the 2-CTA MMA and look-ahead policies; its PTX has the tcgen05/TMA
 structure the design promises; its budgets hold -- are all the verification it has."""
 
 import itertools
+import re
 
 import pytest
 
@@ -21,6 +22,22 @@ MAJORS = [(a, b, d) for a, b, d in itertools.product("km", "kn", "nm")]
 def build(ab="bf16", out="bf16", majors=("k", "k", "n"), config=None):
     spec = cfg.make_spec("sm100", ab, out, *majors, config or GemmConfig())
     return spec, compile_spec(spec, keep_artifacts=True)
+
+
+# Bit 24 of a shared::cluster address selects the CTA of a 2-CTA pair: a pair's loads
+# complete on the even (leader) CTA's barrier with it cleared (CUTLASS's
+# Sm100MmaPeerBitMask, 0xFEFFFFFF).
+PEER_BIT = 1 << 24
+
+
+def instruction_lines(ptx: str, opcode: str) -> list[str]:
+    return [line.strip() for line in ptx.splitlines() if line.strip().startswith(opcode)]
+
+
+def and_mask_defining(ptx: str, register: str) -> int | None:
+    """The 32-bit immediate of the ``and.b32`` that defines ``register``, if any."""
+    match = re.search(rf"and\.b32\s+{re.escape(register)},\s*%r\d+,\s*(-?\d+);", ptx)
+    return int(match.group(1)) & 0xFFFFFFFF if match else None
 
 
 def assert_sm100_structure(spec, compiled):
@@ -78,11 +95,24 @@ def test_tiles_clusters_and_two_cta_compile(config):
     ptx = compiled.ptx
     if config.cluster_size > 1:
         assert "barrier.cluster" in ptx
-        # Slot releases reach the CTAs that fed the MMA: a multicast commit.
-        assert "tcgen05.commit" in ptx and ".multicast::cluster" in ptx
-    if config.two_cta:
-        # Each CTA of the pair loads its half; the copies complete on the leader's barrier.
-        assert "complete_tx::bytes" in ptx and ".cta_group::2" in ptx
+        # Slot releases reach the CTAs that fed the MMA: the commit itself multicasts
+        # (a multicast TMA load elsewhere in the PTX proves nothing about the commit).
+        commits = instruction_lines(ptx, "tcgen05.commit")
+        assert any(".multicast::cluster" in line for line in commits), commits
+    loads = [line for line in instruction_lines(ptx, "cp.async.bulk.tensor")
+             if re.match(r"cp\.async\.bulk\.tensor\.\dd\.shared::\w+\.global", line)]  # global -> shared
+    assert len(loads) >= 2  # A and B
+    for line in loads:
+        assert "mbarrier::complete_tx::bytes" in line, line
+        if config.two_cta:
+            # Each CTA of the pair loads its half, and every load completes on the
+            # leader's barrier: 2-SM loads, the barrier address with the peer bit cleared.
+            assert ".cta_group::2" in line, line
+            barrier = re.findall(r"\[([^\]]+)\]", line)[2]
+            mask = and_mask_defining(ptx, barrier)
+            assert mask is not None and not mask & PEER_BIT, (line, mask)
+        else:
+            assert ".cta_group::2" not in line, line
 
 
 def test_default_policy_probes_the_next_stage_before_the_copies():

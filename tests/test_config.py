@@ -241,3 +241,34 @@ def test_pingpong_is_sm90_only_named_and_holds_whole_tiles_per_warpgroup():
 def test_pingpong_configs_that_cannot_run_raise_config_error(config, message):
     with pytest.raises(ConfigError, match=message):
         spec(config)
+
+
+@pytest.mark.parametrize("config", [
+    GemmConfig(cluster_m=2, stages=2),
+    GemmConfig(tile_n=128, acc_stages=4, stages=3),
+    GemmConfig(cluster_m=2, two_cta=True, stages=3),
+    GemmConfig(cluster_m=2, stages=2, epi_stages=1),
+], ids=lambda c: c.short())
+def test_sm100_rejects_co_resident_ctas_whose_tensor_memory_does_not_fit_side_by_side(config):
+    """Two such CTAs fit one SM's shared memory, but 2 x 512 tensor-memory columns do not
+    fit its 512: the second CTA's tcgen05.alloc would wait for the first to finish."""
+    with pytest.raises(ConfigError, match=r"lets 2 CTAs share an SM.*512 tensor-memory columns.*2 x 512 > the SM's 512"):
+        cfg.make_spec("sm100", "bf16", "bf16", "k", "k", "n", config)
+
+
+def test_sm100_every_buildable_config_fits_its_co_resident_ctas_tensor_memory():
+    checked = 0
+    for tile_n, acc, stages, cluster_m, two_cta, epi in itertools.product(
+            cfg.SM100_TILE_N, (1, 2, 3, 4), (None, 2, 3, 4, 6), (1, 2), (False, True), (1, 2)):
+        if two_cta and cluster_m == 1:
+            continue
+        config = GemmConfig(tile_n=tile_n, acc_stages=acc, stages=stages, cluster_m=cluster_m, two_cta=two_cta,
+                            epi_stages=epi)
+        try:
+            spec = cfg.make_spec("sm100", "bf16", "bf16", "k", "k", "n", config)
+        except ConfigError:
+            continue
+        budget = cfg.smem_budget(spec)
+        assert cfg.ctas_per_sm(budget, spec.facts) * cfg.tmem_columns(spec) <= hardware.SM100.tmem_columns
+        checked += 1
+    assert checked > 50

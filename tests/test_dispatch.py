@@ -1,6 +1,7 @@
 import pytest
 
 from wsgemm import UnsupportedDeviceError
+from wsgemm import hardware
 from wsgemm.dispatch import arch_for_capability
 
 
@@ -11,6 +12,18 @@ def test_hopper_runs_the_sm90_kernel():
 @pytest.mark.parametrize("cap", [(10, 0), (10, 3)])
 def test_blackwell_gets_the_sm100_kernel(cap):
     assert arch_for_capability(cap, "NVIDIA B200") == "sm100"
+
+
+@pytest.mark.parametrize("facts", list(hardware.ARCHS.values()), ids=list(hardware.ARCHS))
+def test_every_accepted_gpu_can_run_the_binary_it_gets(facts):
+    """An arch-conditional binary (sm_100a) runs on its exact arch only: a B300 (10.3)
+    given an sm_100a cubin would fail to load it. Ask the DSL, per capability."""
+    arch = pytest.importorskip("cutlass.base_dsl").Arch
+    target = arch.from_string(facts.compile_target)
+    for major, minor in facts.compute_capabilities:
+        assert arch_for_capability((major, minor)) == facts.name
+        device = arch.from_string(f"sm_{major}{minor}a")  # what the driver reports for this GPU
+        assert device.can_run_binary_built_for(target), (f"{major}.{minor} cannot run {facts.compile_target}")
 
 
 @pytest.mark.parametrize("cap, name", [((8, 0), "NVIDIA A100"), ((8, 9), "NVIDIA L4"), ((12, 0), "RTX 5090")])

@@ -77,3 +77,43 @@ def test_formula_agrees_with_enumeration_everywhere():
             issued = sum(1 for lm in range(0, cm, pair) for ln in range(cn)
                          if release_mask(lm, ln, cm, cn, pair) & me)
             assert issued == empty_arrivals(cm, cn, pair, 1)
+
+
+# ----------------------------------------------------------------------------- observed in PTX
+# The checks above count arrivals with the helpers the kernels call; these read the counts
+# the compiled kernel actually initialises its barriers with and compare them with the
+# arrivals the protocol enumerates: full[0..S), empty[0..S) of the ring, then (SM100)
+# acc_full[0..A), acc_empty[0..A), 8 bytes each from one base.
+
+def _issued(counts, prefix):
+    """The one arrival count every CTA's barrier of this kind receives per phase."""
+    issued = {c.issued for c in counts if c.barrier.startswith(prefix)}
+    assert len(issued) == 1, (prefix, issued)
+    return issued.pop()
+
+
+@pytest.mark.parametrize("arch, config", [
+    ("sm90", GemmConfig(tile_n=128)),
+    ("sm90", GemmConfig(tile_n=128, cluster_m=2, cluster_n=2)),
+    ("sm90", GemmConfig(tile_m=128, tile_n=128, cluster_m=2, pingpong=True)),
+    ("sm100", GemmConfig()),
+    ("sm100", GemmConfig(cluster_m=2, cluster_n=2)),
+    ("sm100", GemmConfig(cluster_m=2, two_cta=True)),
+    ("sm100", GemmConfig(cluster_m=2, cluster_n=2, two_cta=True, tile_n=128)),
+], ids=lambda x: x if isinstance(x, str) else x.short())
+def test_the_compiled_kernel_initialises_the_counts_the_protocol_issues(arch, config):
+    pytest.importorskip("cutlass")
+    from wsgemm.compile import compile_spec
+    from wsgemm.inspection import mbarrier_init_counts
+
+    spec = cfg.make_spec(arch, "bf16", "bf16", "k", "k", "n", config)
+    counts = protocol.barrier_counts(spec)
+    s = spec.config.stages
+    expected = [1] * s + [_issued(counts, "empty")] * s
+    if arch == "sm100":
+        a = spec.config.acc_stages
+        expected += [1] * a + [_issued(counts, "acc_empty")] * a
+    inits = mbarrier_init_counts(compile_spec(spec, keep_artifacts=True).ptx)
+    ring = next(by_offset for by_offset in inits.values() if 0 in by_offset and len(by_offset) >= 2 * s)
+    observed = [ring.get(8 * i) for i in range(len(expected))]
+    assert observed == expected

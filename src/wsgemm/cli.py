@@ -264,7 +264,7 @@ def main(argv=None) -> int:
     _add_config_args(insp)
     insp.set_defaults(func=cmd_inspect)
     look = sub.add_parser("lookahead", help="show where each look-ahead policy puts the producer's probe (PTX/SASS)")
-    look.add_argument("--arch", nargs="+", default=["sm_90a", "sm_100a"],
+    look.add_argument("--arch", nargs="+", default=[f.compile_target for f in hardware.ARCHS.values()],
                       choices=[f.compile_target for f in hardware.ARCHS.values()])
     look.add_argument("--out", default=None, help="write the markdown report here instead of printing it")
     look.set_defaults(func=cmd_lookahead)

@@ -180,7 +180,8 @@ def _code_fingerprint() -> str:
 
 
 def disk_key(spec: KernelSpec) -> str:
-    return hashlib.sha256((repr(spec) + _code_fingerprint()).encode()).hexdigest()[:32]
+    # The target is not in the spec's repr: a binary built for another target never loads.
+    return hashlib.sha256((repr(spec) + spec.facts.compile_target + _code_fingerprint()).encode()).hexdigest()[:32]
 
 
 def load_from_disk(spec: KernelSpec):

@@ -350,6 +350,12 @@ def tmem_columns(spec: KernelSpec) -> int:
     return max(32, 1 << (used - 1).bit_length())
 
 
+def ctas_per_sm(budget: SmemBudget, facts: hardware.ArchFacts) -> int:
+    """How many CTAs of this shared-memory footprint an SM can hold at once (shared
+    memory only: an upper bound, which is what the tensor-memory check needs)."""
+    return facts.smem_per_sm_bytes // (budget.total_bytes + hardware.SMEM_SYSTEM_BYTES_PER_CTA)
+
+
 def sm90_register_budget(config: GemmConfig) -> RegisterBudget:
     facts = hardware.SM90
     wgs = consumer_warpgroups(config)
@@ -453,9 +459,29 @@ def make_spec(
             f"memory but a CTA can have at most {budget.capacity_bytes} B on {arch}; "
             f"at most {max_stages_that_fit(budget)} stages fit"
         )
+    if arch == "sm100":
+        _check_tmem_per_sm(spec, budget)
     if config.stages is None:
         spec = replace(spec, config=replace(config, stages=budget.stages))
     return spec
+
+
+def _check_tmem_per_sm(spec: KernelSpec, budget: SmemBudget) -> None:
+    """Co-resident CTAs must fit their tensor memory side by side: a CTA whose
+    ``tcgen05.alloc`` finds too few free columns blocks until another CTA on the SM frees
+    its own, at the end of that CTA's persistent loop; CTAs of two clusters that wait on
+    each other that way never finish."""
+    resident = ctas_per_sm(budget, spec.facts)
+    columns = tmem_columns(spec)
+    if resident * columns > spec.facts.tmem_columns:
+        c = spec.config
+        raise ConfigError(
+            f"{c.short()}: {budget.total_bytes} B of shared memory lets {resident} CTAs share an SM, "
+            f"and each allocates {columns} tensor-memory columns ({c.acc_stages} x {c.tile_n}, rounded "
+            f"to a power of two); {resident} x {columns} > the SM's {spec.facts.tmem_columns}, so a "
+            f"CTA's allocation could wait on another forever. Use more stages (stages=None fills "
+            f"shared memory), fewer acc_stages or a smaller tile_n"
+        )
 
 
 def max_stages_that_fit(budget: SmemBudget) -> int:

@@ -14,11 +14,18 @@ class ArchFacts:
     """What one GPU architecture offers a single CTA."""
 
     name: str  # wsgemm's name for the kernel family: "sm90" or "sm100"
-    compile_target: str  # the DSL/ptxas target with the arch-specific ("a") features
+    # The DSL/ptxas target: one whose binary runs on every compute capability listed
+    # below. An arch-conditional target ("a", e.g. sm_100a) runs only on its exact arch;
+    # a family target ("f", e.g. sm_100f) runs on every later minor of its major, with
+    # the same tcgen05/TMA instructions (the DSL's ``Arch.can_run_binary_built_for``).
+    compile_target: str
     compute_capabilities: tuple[tuple[int, int], ...]
     # Dynamic shared memory a CTA may opt into. CUDA C++ Programming Guide,
     # "Technical Specifications per Compute Capability": 227 KB for 9.0 and 10.0.
     smem_per_cta_bytes: int
+    # Shared memory of one SM, which co-resident CTAs divide (CUDA C++ Programming
+    # Guide, same table: 228 KB for 9.0 and 10.0).
+    smem_per_sm_bytes: int
     # 32-bit registers per SM; one CTA per SM here, so the CTA may use them all.
     # CUDA C++ Programming Guide, same table: 64 K for 9.0 and 10.0.
     registers_per_sm: int
@@ -38,6 +45,7 @@ SM90 = ArchFacts(
     compile_target="sm_90a",
     compute_capabilities=((9, 0),),
     smem_per_cta_bytes=232448,
+    smem_per_sm_bytes=233472,
     registers_per_sm=65536,
     max_registers_per_thread=256,
     tmem_columns=0,
@@ -46,10 +54,12 @@ SM90 = ArchFacts(
 
 SM100 = ArchFacts(
     name="sm100",
-    compile_target="sm_100a",
+    # sm_100f, not sm_100a: the one binary runs on 10.0 and 10.3.
+    compile_target="sm_100f",
     # 10.0: B200 and GB200; 10.3: B300 and GB300 (same tcgen05 feature set).
     compute_capabilities=((10, 0), (10, 3)),
     smem_per_cta_bytes=232448,
+    smem_per_sm_bytes=233472,
     registers_per_sm=65536,
     max_registers_per_thread=256,
     tmem_columns=512,
@@ -66,6 +76,10 @@ THREADS_PER_WARPGROUP = WARP_SIZE * WARPS_PER_WARPGROUP
 # non-unit stride of a tensor map must be multiples of 16 bytes
 # (CUDA Driver API, cuTensorMapEncodeTiled: globalAddress and globalStrides).
 TMA_ALIGNMENT_BYTES = 16
+
+# Shared memory the driver reserves for system use per resident CTA (CUDA C++
+# Programming Guide, "Shared Memory" of compute capability 9.0/10.0: 1 KB per block).
+SMEM_SYSTEM_BYTES_PER_CTA = 1024
 
 # An mbarrier is one 64-bit word in shared memory (PTX ISA, "mbarrier object").
 MBARRIER_BYTES = 8

@@ -217,6 +217,28 @@ def ptx_definition(lines: list[str], register: str) -> int | None:
     return next((i for i, line in enumerate(lines) if ptx_destination(line) == register), None)
 
 
+_MBARRIER_INIT = re.compile(r"^\s*mbarrier\.init\.shared(?:::cta)?\.b64\s+\[(%\w+)(?:\+(\d+))?\],\s*(%\w+|\d+);")
+_MOVE_IMMEDIATE = re.compile(r"^\s*mov\.[bu]32\s+(%\w+),\s*(\d+);")
+
+
+def mbarrier_init_counts(ptx: str) -> dict[str, dict[int, int]]:
+    """The arrival counts the kernel initialises its mbarriers with, as the PTX has
+    them: ``{base register: {byte offset: count}}``. A count in a register is the
+    immediate last moved into it above the ``mbarrier.init``."""
+    found: dict[str, dict[int, int]] = {}
+    moved: dict[str, int] = {}
+    for line in ptx.splitlines():
+        move = _MOVE_IMMEDIATE.match(line)
+        if move:
+            moved[move.group(1)] = int(move.group(2))
+            continue
+        init = _MBARRIER_INIT.match(line)
+        if init:
+            base, offset, count = init.group(1), int(init.group(2) or 0), init.group(3)
+            found.setdefault(base, {})[offset] = int(count) if count.isdigit() else moved[count]
+    return found
+
+
 def tma_coordinates(line: str) -> list[str]:
     """The coordinate operands of a ``cp.async.bulk.tensor`` line, innermost first
     (``{%r352, %r17}``: the k column and the tile row of a K-major box)."""
