@@ -92,7 +92,10 @@ def test_dtypes_and_majors_compile(ab, out, majors):
 def test_tiles_clusters_and_two_cta_compile(config):
     spec, compiled = build(config=config)
     assert_sm100_structure(spec, compiled)
-    ptx = compiled.ptx
+    assert_cluster_structure(config, compiled.ptx)
+
+
+def assert_cluster_structure(config, ptx):
     if config.cluster_size > 1:
         assert "barrier.cluster" in ptx
         # Slot releases reach the CTAs that fed the MMA: the commit itself multicasts
@@ -113,6 +116,31 @@ def test_tiles_clusters_and_two_cta_compile(config):
             assert mask is not None and not mask & PEER_BIT, (line, mask)
         else:
             assert ".cta_group::2" not in line, line
+
+
+# Combinations the matrices above leave out: 2-CTA pairs with narrow and 192-wide tiles,
+# fp32 output and M-major operands; the largest clusters; the other look-ahead policies
+# with clusters and pairs.
+@pytest.mark.parametrize("out, majors, config", [
+    ("bf16", "kkn", GemmConfig(cluster_m=2, two_cta=True, tile_n=64)),
+    ("bf16", "kkn", GemmConfig(cluster_m=2, two_cta=True, tile_n=192)),
+    ("fp32", "kkn", GemmConfig(cluster_m=2, two_cta=True)),
+    ("bf16", "mnm", GemmConfig(cluster_m=2, two_cta=True)),
+    ("fp32", "mnn", GemmConfig(cluster_m=2, cluster_n=2)),
+    ("bf16", "kkn", GemmConfig(cluster_m=4)),
+    ("bf16", "kkn", GemmConfig(cluster_n=4)),
+    ("bf16", "kkn", GemmConfig(cluster_m=4, cluster_n=2)),
+    ("bf16", "kkn", GemmConfig(cluster_m=4, cluster_n=2, two_cta=True)),
+    ("bf16", "kkn", GemmConfig(cluster_m=2, cluster_n=2, lookahead=Lookahead.AFTER_COPY)),
+    ("bf16", "kkn", GemmConfig(cluster_m=2, two_cta=True, lookahead=Lookahead.AFTER_COPY)),
+    ("bf16", "kkn", GemmConfig(cluster_m=2, cluster_n=2, lookahead=Lookahead.NONE)),
+    ("bf16", "kkn", GemmConfig(cluster_m=2, two_cta=True, lookahead=Lookahead.NONE)),
+], ids=lambda x: x.short() if isinstance(x, GemmConfig) else x)
+def test_less_common_combinations_compile(out, majors, config):
+    spec, compiled = build("bf16", out, tuple(majors), config)
+    assert_sm100_structure(spec, compiled)
+    assert_cluster_structure(config, compiled.ptx)
+    assert producer_probe_precedes_copies(compiled.ptx) == (config.lookahead == Lookahead.BEFORE_COPY)
 
 
 def test_default_policy_probes_the_next_stage_before_the_copies():
