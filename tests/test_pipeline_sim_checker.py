@@ -206,6 +206,16 @@ def test_a_wrong_parity_function_in_stages_py_is_caught(monkeypatch):
     assert Violation.READ_BEFORE_LANDED in result.kinds
 
 
+def test_a_start_where_every_role_blocks_is_a_deadlock_not_safe(monkeypatch):
+    # Without a look-ahead the SM100 producer's first instruction is the wait on empty[0];
+    # with the wrong parity it never returns, and the MMA and epilogue warps wait behind
+    # it: the very first state has no step to take, and that is a deadlock.
+    right = stages.empty_wait_parity
+    monkeypatch.setattr(stages, "empty_wait_parity", lambda count, n: right(count, n) ^ 1)
+    result = explore_exhaustively(PipelineSpec(Structure.SM100, 2, 2, 2, lookahead=Lookahead.NONE))
+    assert result.kinds == {Violation.DEADLOCK} and result.states == 1
+
+
 def test_state_limit_is_reported_not_hidden():
     result = explore_exhaustively(PipelineSpec(Structure.SM100, 3, 3, 3), max_states=1000)
     assert not result.complete and result.safe

@@ -72,6 +72,9 @@ def explore_exhaustively(spec: PipelineSpec, max_states: int = 500_000) -> Check
     result = CheckResult(spec, exhaustive=True, states=1, completed_runs=0, complete=True)
     root = Machine(build_kernel(spec))
     seen = {root.key()}
+    if not root.enabled_steps():  # every role blocked at its first instruction
+        _judge_end(root, result, [])
+        return result
     # Each frame: a state, its enabled steps, and how many of them were tried.
     stack = [[root, root.enabled_steps(), 0]]
     path: list[str] = []  # path[i] = the step from stack[i] to stack[i + 1]
