@@ -290,3 +290,36 @@ def test_command_line_quick_run_passes(capsys):
     assert model_main(["--quick"]) == 0
     out = capsys.readouterr().out
     assert "all checks passed" in out and "MODEL, not a measurement" in out
+
+
+# -- several clusters on the same SMs: tensor memory per SM ----------------------------------
+
+def test_co_resident_clusters_that_each_hold_one_sms_tensor_memory_deadlock():
+    # GemmConfig(cluster_m=2, stages=2) as it was before make_spec checked residency: two
+    # CTAs fit an SM's shared memory, each allocates all 512 columns.
+    from wsgemm import GemmConfig
+    from wsgemm import config as cfg
+    from wsgemm.pipeline_sim.residency import Residency, check
+
+    unchecked = cfg.KernelSpec("sm100", "bf16", "bf16", "k", "k", "n", GemmConfig(cluster_m=2, stages=2))
+    residency = Residency.of(unchecked)
+    assert (residency.clusters, residency.cluster_size, residency.columns) == (2, 2, 512)
+    result = check(residency)
+    assert not result.safe
+    waits = [line for line in result.deadlock if "waits" in line]  # one CTA of each cluster
+    assert len(waits) == 2 and all(line.endswith("waits for 512 columns (0 free)") for line in waits)
+    # Single-CTA "clusters" only queue: the second CTA allocates when the first ends.
+    assert check(Residency(clusters=2, cluster_size=1, columns=512)).safe
+
+
+@pytest.mark.parametrize("config", [
+    dict(), dict(cluster_m=2), dict(cluster_m=2, two_cta=True), dict(cluster_m=4, cluster_n=2),
+    dict(tile_n=64, stages=2, cluster_m=2), dict(tile_n=128, acc_stages=1, stages=2, cluster_m=2, cluster_n=2),
+], ids=str)
+def test_every_config_make_spec_accepts_allocates_without_deadlock(config):
+    from wsgemm import GemmConfig
+    from wsgemm import config as cfg
+    from wsgemm.pipeline_sim.residency import Residency, check
+
+    spec = cfg.make_spec("sm100", "bf16", "bf16", "k", "k", "n", GemmConfig(**config))
+    assert check(Residency.of(spec)).safe

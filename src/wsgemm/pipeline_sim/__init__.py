@@ -8,6 +8,9 @@
 * :mod:`.machine`, :mod:`.checker` -- every interleaving of those roles and of the
   asynchronous hardware (TMA bytes landing, MMAs completing), checked for deadlock,
   overwritten or early-read stages and accumulators, and tiles stored exactly once.
+* :mod:`.residency` -- what the one-CTA model leaves out: clusters sharing SMs, whose
+  CTAs allocate tensor memory from each SM's one pool; every order of allocations,
+  checked for the deadlock of two clusters each holding one SM's columns.
 * :mod:`.timeline` -- a discrete-event simulation under assumed latencies, with a
   Gantt chart per look-ahead policy. A model, not a measurement.
 
