@@ -215,6 +215,17 @@ def select(suites: list[str], label_filter: str | None = None) -> list[Problem]:
     return problems
 
 
+def from_json(path) -> list[Problem]:
+    """Problems listed in a JSON file, each an object with ``label``, ``m``, ``n``, ``k`` and
+    optionally ``batch`` and ``layout`` (other keys are ignored): what
+    ``benchmarks.maint.plan_diff --json`` writes, the problems whose plan a change moved."""
+    import json
+    from pathlib import Path
+
+    return [Problem(e["label"], e["m"], e["n"], e["k"], batch=e.get("batch", 1), layout=e.get("layout", "b_row"))
+            for e in json.loads(Path(path).read_text())]
+
+
 def given(mnk: list[tuple[int, int, int]], weight: bool = False) -> list[Problem]:
     """Problems of the caller's own shapes (``suite.py --shapes``), labelled
     ``shapes/MxNxK``; B is ``W.t()`` of an (N, K) weight with ``weight``, else row-major."""

@@ -250,6 +250,8 @@ def parse_args(argv):
     p.add_argument("--shapes", default="", help="your own problems, MxNxK[,MxNxK...] (labelled shapes/MxNxK)")
     p.add_argument("--weight", action="store_true",
                    help="with --shapes: B = W.t() of an (N, K) weight, as nn.Linear stores it (else B row-major)")
+    p.add_argument("--problems", type=Path, default=None,
+                   help="a JSON list of problems (label, m, n, k[, batch, layout]), e.g. plan_diff --json's")
     p.add_argument("--filter", default=None, help="keep problems whose label matches this regular expression (case-insensitive)")
     p.add_argument("--dtype", default="bf16", choices=sorted(DTYPES))
     p.add_argument("--impls", default=",".join(IMPLEMENTATIONS),
@@ -276,8 +278,9 @@ def parse_args(argv):
         args.shapes = parse_shapes(args.shapes)
     except ValueError:
         p.error(f"--shapes {args.shapes!r}: give MxNxK[,MxNxK...], e.g. 4096x4096x4096")
-    args.suite = args.suite or ([] if args.shapes else ["quick"])
-    args.name = args.name or "suite_" + "_".join(args.suite + (["shapes"] if args.shapes else []))
+    args.suite = args.suite or ([] if args.shapes or args.problems else ["quick"])
+    own = (["shapes"] if args.shapes else []) + ([args.problems.stem] if args.problems else [])
+    args.name = args.name or "suite_" + "_".join(args.suite + own)
     return args
 
 
@@ -285,6 +288,8 @@ def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     args = parse_args(argv)
     problems = shapes.select(args.suite, args.filter) + shapes.given(args.shapes, args.weight)
+    if args.problems:
+        problems += shapes.from_json(args.problems)
     torch.backends.cuda.matmul.allow_tf32 = False  # the fp32 reference must be fp32
     start = time.monotonic()
     impls, impl_info = build_implementations(args.impls.split(","), args.quack_autotune)
@@ -293,7 +298,7 @@ def main(argv=None) -> int:
     report = {
         "name": args.name,
         "command": regenerate_command("benchmarks.suite", argv),
-        "suites": args.suite + (["shapes"] if args.shapes else []),
+        "suites": args.suite + (["shapes"] if args.shapes else []) + ([str(args.problems)] if args.problems else []),
         "dtype": args.dtype,
         "environment": {**environment(), **_versions()},
         "reps": args.reps,

@@ -138,6 +138,18 @@ def test_select_concatenates_suites_and_filters_labels():
         shapes.select(["nope"])
 
 
+def test_plan_diffs_json_is_a_problem_list_for_the_suite(tmp_path):
+    from benchmarks.suite import parse_args
+
+    listed = tmp_path / "changed.json"  # the keys plan_diff --json writes
+    listed.write_text('[{"label": "prefill/x M=136", "m": 136, "n": 6144, "k": 4096, "layout": "b_weight_t",'
+                      ' "before": "a", "after": "b"}, {"label": "batched/y", "m": 8, "n": 8, "k": 8, "batch": 4}]')
+    assert shapes.from_json(listed) == [shapes.Problem("prefill/x M=136", 136, 6144, 4096, layout="b_weight_t"),
+                                        shapes.Problem("batched/y", 8, 8, 8, batch=4)]
+    args = parse_args(["--problems", str(listed), "--suite", "random1001"])
+    assert args.suite == ["random1001"] and args.name == "suite_random1001_changed"
+
+
 def test_your_own_shapes_are_problems_too():
     mine = shapes.given([(8192, 8192, 8192), (16, 4096, 14336)], weight=True)
     assert [p.label for p in mine] == ["shapes/8192x8192x8192", "shapes/16x4096x14336"]
