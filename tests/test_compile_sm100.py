@@ -12,9 +12,9 @@ from wsgemm import ConfigError, GemmConfig, Lookahead
 from wsgemm import config as cfg
 from wsgemm import hardware
 from wsgemm.compile import compile_spec
-from wsgemm.inspection import (count_instructions, cubin_resources, disassemble, producer_probe_precedes_copies,
-                               sass_instructions, sass_loop_around, sass_mnemonic, sass_opcode,
-                               uniform_moves_between)
+from wsgemm.inspection import (announced_bytes, count_instructions, cubin_resources, disassemble,
+                               producer_probe_precedes_copies, sass_instructions, sass_loop_around, sass_mnemonic,
+                               sass_opcode, uniform_moves_between)
 
 MAJORS = [(a, b, d) for a, b, d in itertools.product("km", "kn", "nm")]
 
@@ -55,6 +55,8 @@ def assert_sm100_structure(spec, compiled):
     budget = cfg.smem_budget(spec)
     assert compiled.extra["smem_bytes"] <= budget.total_bytes <= hardware.SM100.smem_per_cta_bytes
     assert compiled.extra["tx_bytes"] == budget.stage_bytes * cfg.cta_pair(spec.config)
+    # What the PTX itself announces: a pair's leader expects both CTAs' halves.
+    assert announced_bytes(ptx) and set(announced_bytes(ptx)) == {budget.stage_bytes * cfg.cta_pair(spec.config)}
     cols = cfg.tmem_columns(spec)
     assert 32 <= cols <= 512 and cols & (cols - 1) == 0
     assert f"tcgen05.alloc.{group}.sync.aligned.shared::cta.b32" in ptx

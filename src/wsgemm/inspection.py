@@ -221,22 +221,35 @@ _MBARRIER_INIT = re.compile(r"^\s*mbarrier\.init\.shared(?:::cta)?\.b64\s+\[(%\w
 _MOVE_IMMEDIATE = re.compile(r"^\s*mov\.[bu]32\s+(%\w+),\s*(\d+);")
 
 
-def mbarrier_init_counts(ptx: str) -> dict[str, dict[int, int]]:
-    """The arrival counts the kernel initialises its mbarriers with, as the PTX has
-    them: ``{base register: {byte offset: count}}``. A count in a register is the
-    immediate last moved into it above the ``mbarrier.init``."""
-    found: dict[str, dict[int, int]] = {}
+_EXPECT_TX = re.compile(r"^\s*mbarrier\.arrive\.expect_tx\S*\s+\S+,\s*\[[^\]]+\],\s*(%\w+|\d+);")
+
+
+def _with_immediates(ptx: str):
+    """Each line of ``ptx`` with a function that gives an operand's value there: an
+    immediate, or the immediate last moved into the register above (else None)."""
     moved: dict[str, int] = {}
     for line in ptx.splitlines():
         move = _MOVE_IMMEDIATE.match(line)
         if move:
             moved[move.group(1)] = int(move.group(2))
-            continue
+        yield line, lambda operand: int(operand) if operand.isdigit() else moved.get(operand)
+
+
+def mbarrier_init_counts(ptx: str) -> dict[str, dict[int, int | None]]:
+    """The arrival counts the kernel initialises its mbarriers with, as the PTX has
+    them: ``{base register: {byte offset: count}}``."""
+    found: dict[str, dict[int, int | None]] = {}
+    for line, value in _with_immediates(ptx):
         init = _MBARRIER_INIT.match(line)
         if init:
-            base, offset, count = init.group(1), int(init.group(2) or 0), init.group(3)
-            found.setdefault(base, {})[offset] = int(count) if count.isdigit() else moved[count]
+            found.setdefault(init.group(1), {})[int(init.group(2) or 0)] = value(init.group(3))
     return found
+
+
+def announced_bytes(ptx: str) -> list[int | None]:
+    """The transaction bytes each ``mbarrier.arrive.expect_tx`` announces, as the PTX
+    has them (None: a register not set from an immediate just above, e.g. chosen per tile)."""
+    return [value(match.group(1)) for line, value in _with_immediates(ptx) if (match := _EXPECT_TX.match(line))]
 
 
 def tma_coordinates(line: str) -> list[str]:
