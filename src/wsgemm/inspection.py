@@ -219,8 +219,6 @@ def ptx_definition(lines: list[str], register: str) -> int | None:
 
 _MBARRIER_INIT = re.compile(r"^\s*mbarrier\.init\.shared(?:::cta)?\.b64\s+\[(%\w+)(?:\+(\d+))?\],\s*(%\w+|\d+);")
 _MOVE_IMMEDIATE = re.compile(r"^\s*mov\.[bu]32\s+(%\w+),\s*(\d+);")
-
-
 _EXPECT_TX = re.compile(r"^\s*mbarrier\.arrive\.expect_tx\S*\s+\S+,\s*\[[^\]]+\],\s*(%\w+|\d+);")
 
 
