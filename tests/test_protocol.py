@@ -117,3 +117,17 @@ def test_the_compiled_kernel_initialises_the_counts_the_protocol_issues(arch, co
     ring = next(by_offset for by_offset in inits.values() if 0 in by_offset and len(by_offset) >= 2 * s)
     observed = [ring.get(8 * i) for i in range(len(expected))]
     assert observed == expected
+
+
+def test_a_commit_whose_mask_leaves_out_the_pairs_peer_is_caught(monkeypatch):
+    # Planted: the MMA's slot release misses the peer CTA of its pair, whose copies also
+    # filled the slot. The peer's empty barrier then gets too few arrivals: a hang.
+    spec = cfg.make_spec("sm100", "bf16", "bf16", "k", "k", "n", GemmConfig(cluster_m=2, two_cta=True))
+    right = protocol.release_mask
+
+    def without_peer(m, n, cm, cn, pair=1):
+        return right(m, n, cm, cn, pair) & ~(1 << (m + 1 + n * cm)) if pair == 2 else right(m, n, cm, cn, pair)
+
+    monkeypatch.setattr(protocol, "release_mask", without_peer)
+    with pytest.raises(ConfigError, match=r"empty\[s\] of CTA \(1, 0\): initialised 1, 0 arrivals issued"):
+        protocol.check_barrier_protocol(spec)
