@@ -21,10 +21,12 @@ Each decoder layer runs four projection GEMMs: QKV (q, k, v fused: N = (heads +
 
 from __future__ import annotations
 
+import json
 import math
 import random
 import re
 from dataclasses import dataclass
+from pathlib import Path
 
 LAYOUTS = {
     "b_row": "A (M, K) row-major, B (K, N) row-major",
@@ -219,9 +221,6 @@ def from_json(path) -> list[Problem]:
     """Problems listed in a JSON file, each an object with ``label``, ``m``, ``n``, ``k`` and
     optionally ``batch`` and ``layout`` (other keys are ignored): what
     ``benchmarks.maint.plan_diff --json`` writes, the problems whose plan a change moved."""
-    import json
-    from pathlib import Path
-
     return [Problem(e["label"], e["m"], e["n"], e["k"], batch=e.get("batch", 1), layout=e.get("layout", "b_row"))
             for e in json.loads(Path(path).read_text())]
 

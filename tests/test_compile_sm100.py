@@ -13,8 +13,8 @@ from wsgemm import config as cfg
 from wsgemm import hardware
 from wsgemm.compile import compile_spec
 from wsgemm.inspection import (announced_bytes, count_instructions, cubin_resources, disassemble,
-                               producer_probe_precedes_copies, sass_instructions, sass_loop_around, sass_mnemonic,
-                               sass_opcode, uniform_moves_between)
+                               producer_probe_precedes_copies, ptx_definition, sass_instructions, sass_loop_around,
+                               sass_mnemonic, sass_opcode, uniform_moves_between)
 
 MAJORS = [(a, b, d) for a, b, d in itertools.product("km", "kn", "nm")]
 
@@ -36,7 +36,9 @@ def instruction_lines(ptx: str, opcode: str) -> list[str]:
 
 def and_mask_defining(ptx: str, register: str) -> int | None:
     """The 32-bit immediate of the ``and.b32`` that defines ``register``, if any."""
-    match = re.search(rf"and\.b32\s+{re.escape(register)},\s*%r\d+,\s*(-?\d+);", ptx)
+    lines = ptx.splitlines()
+    index = ptx_definition(lines, register)
+    match = re.match(r"\s*and\.b32\s+%\w+,\s*%\w+,\s*(-?\d+);", lines[index]) if index is not None else None
     return int(match.group(1)) & 0xFFFFFFFF if match else None
 
 

@@ -7,6 +7,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from wsgemm import GemmConfig
+from wsgemm import config as cfg
 from wsgemm.config import Lookahead
 from wsgemm.kernels.common import stages
 from wsgemm.kernels.common.stages import empty_arrivals
@@ -22,6 +24,7 @@ from wsgemm.pipeline_sim import (
 )
 from wsgemm.pipeline_sim.__main__ import main as model_main
 from wsgemm.pipeline_sim.ops import Arrive, ArriveExpectTx, TmaLoad, TryWait, Wait
+from wsgemm.pipeline_sim.residency import Residency, check
 
 POLICIES = list(Lookahead)
 # (stages, tiles, k_blocks): small enough to enumerate every interleaving.
@@ -297,10 +300,6 @@ def test_command_line_quick_run_passes(capsys):
 def test_co_resident_clusters_that_each_hold_one_sms_tensor_memory_deadlock():
     # GemmConfig(cluster_m=2, stages=2) as it was before make_spec checked residency: two
     # CTAs fit an SM's shared memory, each allocates all 512 columns.
-    from wsgemm import GemmConfig
-    from wsgemm import config as cfg
-    from wsgemm.pipeline_sim.residency import Residency, check
-
     unchecked = cfg.KernelSpec("sm100", "bf16", "bf16", "k", "k", "n", GemmConfig(cluster_m=2, stages=2))
     residency = Residency.of(unchecked)
     assert (residency.clusters, residency.cluster_size, residency.columns) == (2, 2, 512)
@@ -317,9 +316,5 @@ def test_co_resident_clusters_that_each_hold_one_sms_tensor_memory_deadlock():
     dict(tile_n=64, stages=2, cluster_m=2), dict(tile_n=128, acc_stages=1, stages=2, cluster_m=2, cluster_n=2),
 ], ids=str)
 def test_every_config_make_spec_accepts_allocates_without_deadlock(config):
-    from wsgemm import GemmConfig
-    from wsgemm import config as cfg
-    from wsgemm.pipeline_sim.residency import Residency, check
-
     spec = cfg.make_spec("sm100", "bf16", "bf16", "k", "k", "n", GemmConfig(**config))
     assert check(Residency.of(spec)).safe

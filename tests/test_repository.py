@@ -72,22 +72,25 @@ SESSION = re.compile(rb"\bsessions? \d+", re.IGNORECASE)
 SECTION = re.compile(rb"NOTES\.md|\b[Ss]ections? \d+")
 
 
-def tracked_texts():
-    import tarfile
+def tracked_texts() -> dict[str, bytes]:
+    """Every carried text file's contents, gzipped results unpacked and the results
+    archive's reports listed as ``archive.tar.xz:NAME``."""
+    from benchmarks.maint import result_files
 
+    texts = {}
     for path in carried_files():
         name = str(path.relative_to(ROOT))
-        if path.name.endswith(".tar.xz"):
-            with tarfile.open(path, "r:xz") as tar:
-                for member in tar.getmembers():
-                    yield f"{name}:{member.name}", tar.extractfile(member).read()
-        elif path.suffix not in {".png", ".gz", ".o", ".so", ".cubin"}:
-            yield name, path.read_bytes()
+        if path.name == result_files.ARCHIVE:
+            texts.update({f"{name}:{member}": data for member, data in result_files.archived(path.parent).items()})
+        elif path.suffix not in {".png", ".o", ".so", ".cubin"}:
+            texts[name] = result_files.read_bytes(path)
+    return texts
 
 
 def test_nothing_names_a_development_session_or_a_notes_section():
-    sessions = [name for name, text in tracked_texts() if SESSION.search(text)]
-    sections = [name for name, text in tracked_texts()
+    texts = tracked_texts()
+    sessions = [name for name, text in texts.items() if SESSION.search(text)]
+    sections = [name for name, text in texts.items()
                 if not name.startswith("docs/tuning-log/") and name != "tests/test_repository.py" and SECTION.search(text)]
     assert not sessions, f"numbered sessions in {sessions}"
     assert not sections, f"numbered sections outside docs/tuning-log/ in {sections}"
