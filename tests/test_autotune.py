@@ -7,7 +7,7 @@ import json
 import pytest
 import torch
 
-from wsgemm import GemmConfig
+from wsgemm import GemmConfig, cache_files
 from wsgemm.config import ConfigError, Lookahead
 from wsgemm.tuning import H200, Problem, autotune, table
 from wsgemm.tuning.autotune import Trial
@@ -41,7 +41,7 @@ def key(m, n=4096, k=4096):
 
 
 def write_cache(cache_dir, entries):
-    (cache_dir / "autotune.json").write_text(json.dumps(entries))
+    assert cache_files.write(cache_dir / "autotune.json", json.dumps(entries).encode())
 
 
 def entry(config, m, **kw):
@@ -108,19 +108,49 @@ def test_a_cached_swapped_winner_serves_only_the_tokens_its_n_tiles_were_timed_w
 
 def test_the_cache_file_is_written_atomically_and_survives_a_reload(cache_dir, monkeypatch):
     autotune._save({key(8): entry(GemmConfig(split_k=2), 8, ms={"x": 1.0})})
-    assert [p.name for p in cache_dir.iterdir()] == ["autotune.json"]  # no temp files left behind
+    # No temp files left behind; the record (size and hash) beside it, and the lock.
+    assert sorted(p.name for p in cache_dir.iterdir()) == ["autotune.json", "autotune.json.lock",
+                                                          "autotune.json.record"]
     monkeypatch.setattr(autotune, "_memory", None)
     assert GemmConfig(**autotune._load()[key(8)]["config"]) == GemmConfig(split_k=2)
     assert autotune.remembered(problem(8), H200) == GemmConfig(split_k=2)
     autotune.clear_cache()
-    assert not (cache_dir / "autotune.json").exists()
+    assert not (cache_dir / "autotune.json").exists() and not (cache_dir / "autotune.json.record").exists()
     assert autotune.remembered(problem(8), H200) is None
 
 
-def test_an_unreadable_cache_counts_as_empty(cache_dir):
+def test_a_cache_file_without_its_record_is_set_aside_and_counts_as_empty(cache_dir):
     (cache_dir / "autotune.json").write_text("{not json")
-    assert autotune._load() == {}
+    with pytest.warns(cache_files.CacheWarning, match=f"the cache file {cache_dir / 'autotune.json'} cannot be "
+                                                      "used \\(it has no record"):
+        assert autotune._load() == {}
     assert autotune.remembered(problem(8), H200) is None
+    assert [p.name.split("-")[0] for p in cache_dir.glob("autotune.json.damaged-*")] == ["autotune.json.damaged"]
+
+
+def test_a_truncated_cache_file_is_set_aside_and_the_next_winner_is_stored_beside_it(cache_dir):
+    write_cache(cache_dir, {key(16): entry(GemmConfig(tile_n=128), 16)})
+    data = (cache_dir / "autotune.json").read_bytes()
+    (cache_dir / "autotune.json").write_bytes(data[: len(data) // 3])
+    with pytest.warns(cache_files.CacheWarning, match="its record says"):
+        assert autotune.remembered(problem(16), H200) is None
+    autotune._save({key(8): entry(GemmConfig(split_k=2), 8)})
+    autotune._memory = None
+    assert list(autotune._load()) == [key(8)]
+
+
+def test_concurrent_processes_keep_each_others_winners(cache_dir):
+    """Processes tuning different buckets at once: each stores its winner merged into
+    what the file holds under its lock, so none is lost and the file stays whole."""
+    import subprocess
+    import sys
+
+    code = ("import sys; from wsgemm.tuning import autotune; "
+            "[autotune._save({f'{sys.argv[1]}|{i}': {'m': i}}) for i in range(20)]")
+    workers = [subprocess.Popen([sys.executable, "-c", code, f"w{w}"]) for w in range(4)]
+    assert [w.wait(timeout=300) for w in workers] == [0, 0, 0, 0]
+    stored = json.loads(cache_files.read(cache_dir / "autotune.json"))
+    assert sorted(stored) == sorted(f"w{w}|{i}" for w in range(4) for i in range(20))
 
 
 def test_autotune_is_for_sm90_only(cache_dir):

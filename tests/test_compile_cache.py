@@ -2,7 +2,7 @@ import threading
 
 import pytest
 
-from wsgemm import GemmConfig
+from wsgemm import GemmConfig, cache_files
 from wsgemm import compile as compile_mod
 from wsgemm import config as cfg
 
@@ -95,9 +95,21 @@ def test_a_compiled_kernel_round_trips_through_the_disk_cache(tmp_path, monkeypa
     assert compile_mod.load_from_disk(spec(tile_m=64, tile_n=128)) is None  # another spec: a miss
 
 
-def test_a_corrupt_cache_file_is_ignored_with_a_warning(tmp_path, monkeypatch):
+def test_a_cache_file_without_its_record_is_set_aside_with_a_warning(tmp_path, monkeypatch):
     monkeypatch.setenv("WSGEMM_CACHE_DIR", str(tmp_path))
     s = spec(tile_m=64, tile_n=64)
-    (tmp_path / f"k{compile_mod.disk_key(s)}.o").write_bytes(b"not an object file")
-    with pytest.warns(RuntimeWarning, match="ignoring disk-cached kernel"):
+    path = compile_mod.disk_path(s)
+    path.write_bytes(b"not an object file")
+    with pytest.warns(cache_files.CacheWarning, match=f"the cache file {path} cannot be used \\(it has no record"):
         assert compile_mod.load_from_disk(s) is None
+    assert not path.exists() and len(list(tmp_path.glob(path.name + ".damaged-*"))) == 1
+
+
+def test_a_vouched_for_file_the_dsl_cannot_load_is_set_aside(tmp_path, monkeypatch):
+    monkeypatch.setenv("WSGEMM_CACHE_DIR", str(tmp_path))
+    s = spec(tile_m=64, tile_n=64)
+    path = compile_mod.disk_path(s)
+    assert cache_files.write(path, b"not an object file")  # whole, but not a kernel
+    with pytest.warns(cache_files.CacheWarning, match="the DSL could not load it"):
+        assert compile_mod.load_from_disk(s) is None
+    assert not path.exists()

@@ -18,6 +18,7 @@ import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from . import cache_files
 from .config import KernelSpec
 from .hardware import TMA_ALIGNMENT_BYTES
 
@@ -180,41 +181,57 @@ def _code_fingerprint() -> str:
 
 
 def disk_key(spec: KernelSpec) -> str:
-    # The target is not in the spec's repr: a binary built for another target never loads.
-    return hashlib.sha256((repr(spec) + spec.facts.compile_target + _code_fingerprint()).encode()).hexdigest()[:32]
+    # The target is not in the spec's repr: a binary built for another target never
+    # loads; nor one built on another host platform sharing this cache directory.
+    text = repr(spec) + spec.facts.compile_target + _code_fingerprint() + cache_files.host()
+    return hashlib.sha256(text.encode()).hexdigest()[:32]
+
+
+def disk_path(spec: KernelSpec) -> Path:
+    return disk_cache_dir() / f"k{disk_key(spec)}.o"
+
+
+def _disk_cache_disabled() -> bool:
+    return bool(os.environ.get("WSGEMM_DISABLE_DISK_CACHE"))
 
 
 def load_from_disk(spec: KernelSpec):
-    """The compiled function for ``spec`` from the disk cache, or ``None``."""
-    if os.environ.get("WSGEMM_DISABLE_DISK_CACHE"):
+    """The compiled function for ``spec`` from the disk cache, or ``None``: only from a
+    file its record vouches for (:mod:`wsgemm.cache_files`); a damaged one is set aside
+    with a warning, as is one the DSL fails to load."""
+    if _disk_cache_disabled():
         return None
-    key = disk_key(spec)
-    path = disk_cache_dir() / f"k{key}.o"
-    if not path.exists():
+    path = disk_path(spec)
+    if not cache_files.verified(path):
         return None
     try:
         import cutlass.cute as cute
 
-        return getattr(cute.runtime.load_module(str(path), enable_tvm_ffi=True), f"wsgemm_{key}")
-    except Exception as exc:  # a corrupt or incompatible file: recompile
-        warnings.warn(f"wsgemm: ignoring disk-cached kernel {path}: {exc}", RuntimeWarning, stacklevel=3)
+        return getattr(cute.runtime.load_module(str(path), enable_tvm_ffi=True), f"wsgemm_{disk_key(spec)}")
+    except Exception as exc:  # intact but unusable (say, another DSL runtime): recompile
+        cache_files.set_aside(path, f"the DSL could not load it: {type(exc).__name__}: {exc}")
         return None
 
 
 def save_to_disk(spec: KernelSpec, fn) -> Path | None:
-    """Export ``fn`` to the disk cache; best effort (needs the CUDA runtime to link)."""
-    if os.environ.get("WSGEMM_DISABLE_DISK_CACHE"):
+    """Export ``fn`` to the disk cache and publish it with its record; best effort (the
+    export needs the CUDA runtime to link). None where it was not written."""
+    if _disk_cache_disabled():
         return None
-    key = disk_key(spec)
-    root = disk_cache_dir()
+    path = disk_path(spec)
+    if not cache_files.writable(path.parent):
+        return None
     try:
-        root.mkdir(parents=True, exist_ok=True)
-        with tempfile.TemporaryDirectory(dir=root) as tmp:
-            fn.export_to_c(str(Path(tmp) / f"k{key}.o"), function_name=f"wsgemm_{key}")
-            os.replace(Path(tmp) / f"k{key}.o", root / f"k{key}.o")  # atomic publish
-        return root / f"k{key}.o"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryDirectory(dir=path.parent, prefix=".export-") as tmp:
+            exported = Path(tmp) / path.name
+            fn.export_to_c(str(exported), function_name=f"wsgemm_{disk_key(spec)}")
+            return path if cache_files.publish(path, exported) else None
+    except OSError as exc:  # read-only or full: one warning, then in memory
+        cache_files.mark_unwritable(path.parent, exc)
+        return None
     except Exception as exc:
-        warnings.warn(f"wsgemm: could not write the disk cache ({exc}); kernels will be "
+        warnings.warn(f"wsgemm: could not export the kernel to the disk cache ({exc}); kernels will be "
                       "recompiled in new processes", RuntimeWarning, stacklevel=3)
         return None
 
@@ -259,13 +276,21 @@ class CompileCache:
 
     def _load_or_compile(self, spec: KernelSpec) -> CompiledGemm:
         start = time.perf_counter()
-        fn = load_from_disk(spec) if self.use_disk else None
-        if fn is not None:
-            return CompiledGemm(spec, fn, time.perf_counter() - start, extra={"from_disk": True})
-        entry = compile_spec(spec)
-        if self.use_disk:
-            save_to_disk(spec, entry.fn)
-        return entry
+        if not self.use_disk or _disk_cache_disabled():
+            return compile_spec(spec)
+        fn = load_from_disk(spec)
+        if fn is None:
+            # Another process compiling this kernel is waited for, then read; where the
+            # lock cannot be had (a hung holder, an unwritable directory) it is compiled
+            # here and kept in memory.
+            with cache_files.lock(disk_path(spec)) as held:
+                fn = load_from_disk(spec)
+                if fn is None:
+                    entry = compile_spec(spec)
+                    if held:
+                        save_to_disk(spec, entry.fn)
+                    return entry
+        return CompiledGemm(spec, fn, time.perf_counter() - start, extra={"from_disk": True})
 
     def __contains__(self, spec: KernelSpec) -> bool:
         return spec in self._entries

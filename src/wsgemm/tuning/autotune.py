@@ -19,9 +19,7 @@ model serves that M instead (:func:`.table.serves`).
 from __future__ import annotations
 
 import json
-import os
 import statistics
-import tempfile
 import threading
 import time
 from collections.abc import Callable
@@ -29,6 +27,7 @@ from dataclasses import asdict, dataclass, replace
 
 import torch
 
+from .. import cache_files
 from .. import compile as compile_mod
 from ..config import ConfigError, GemmConfig
 from ..timing import GRAPH_BELOW_MS, L2Flush, relative_error, time_graph_replays, time_in_turns
@@ -173,7 +172,7 @@ def tuned(problem: Problem, gpu: Gpu, trial: Trial, progress: bool = True) -> Ge
                         "rejected": rejected, "same_kernel_as": same_kernel}
         global _memory
         _memory = entries
-        _save(entries)
+        _save({key: entries[key]})
     return best
 
 
@@ -196,25 +195,29 @@ def _time_candidates(fns: dict, flush: L2Flush) -> dict[str, float]:
 def _load() -> dict:
     global _memory
     if _memory is None:
+        data = cache_files.read(cache_path())  # None where absent or damaged (set aside with a warning)
         try:
-            _memory = json.loads(cache_path().read_text())
-        except (OSError, ValueError):
+            _memory = json.loads(data) if data is not None else {}
+        except ValueError:  # vouched for, yet not JSON: written by something else
             _memory = {}
     return _memory
 
 
-def _save(entries: dict) -> None:
+def _save(new: dict) -> None:
+    """Publish the ``new`` entries merged into what the file holds now: another process
+    may have stored winners of other buckets since this one read it (the file's lock
+    keeps the two writes apart). Where the directory cannot be written they stay in
+    memory (one warning)."""
     path = cache_path()
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".autotune-", suffix=".json")
-        with os.fdopen(fd, "w") as f:
-            json.dump(entries, f, indent=1, sort_keys=True)
-        os.replace(tmp, path)  # atomic: a concurrent reader sees the old or the new file
-    except OSError as e:  # a read-only cache directory costs re-tuning, not the call
-        import warnings
-
-        warnings.warn(f"wsgemm: could not write the autotune cache {path}: {e}", RuntimeWarning, stacklevel=3)
+    with cache_files.lock(path) as held:
+        if not held:
+            return
+        on_disk = cache_files.read(path)
+        try:
+            merged = {**(json.loads(on_disk) if on_disk is not None else {}), **new}
+        except ValueError:
+            merged = dict(new)
+        cache_files.write(path, json.dumps(merged, indent=1, sort_keys=True).encode())
 
 
 def _jsonable(config: GemmConfig) -> dict:
@@ -239,7 +242,4 @@ def clear_cache() -> None:
     global _memory
     with _lock:
         _memory = {}
-        try:
-            cache_path().unlink()
-        except FileNotFoundError:
-            pass
+        cache_files.remove(cache_path())
