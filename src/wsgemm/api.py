@@ -134,25 +134,35 @@ def gemm_by_weight(a: torch.Tensor, weight: torch.Tensor, read_before_wait: str 
     return gemm(a, weight.t(), read_before_wait=read_before_wait)
 
 
-def _load_cached_calls() -> None:
-    """The first cached call loads (or builds) the fast path and binds both entries
-    to it; later calls go straight to C++."""
+def _load_cached_calls() -> bool:
+    """The first cached call loads the fast path, or starts building it in the
+    background, and binds both entries to it once it is decided; later calls go
+    straight to C++. False while it builds: the call takes the Python path and the
+    next one asks again (a check of a dictionary)."""
     global _call_cached, _call_cached_transposed
-    module = fast_path.load()
+    module = fast_path.load(wait=False)
+    if module is None and not fast_path.decided():
+        return False
     if module is not None:
-        _ops()  # sets the node's backward (ops.py) before a node can be recorded
+        _ops().adopt_fast_path(module)  # sets the node's backward before a node can be recorded
+        # Plans made in Python while it was building were not remembered for C++:
+        # planned again, they are.
+        forget_plans()
         _call_cached, _call_cached_transposed = module.call, module.call_transposed
     else:
         _call_cached = _call_cached_transposed = _no_cached_call
+    return True
 
 
 def _call_cached_first(a, b, read_before_wait=""):
-    _load_cached_calls()
+    if not _load_cached_calls():
+        return None
     return _call_cached(a, b, read_before_wait)
 
 
 def _call_cached_transposed_first(a, weight, read_before_wait=""):
-    _load_cached_calls()
+    if not _load_cached_calls():
+        return None
     return _call_cached_transposed(a, weight, read_before_wait)
 
 
@@ -186,11 +196,12 @@ def precompile(shapes, dtype: torch.dtype = torch.bfloat16, *, weight_layout: bo
     ``shapes``: (M, N, K) or (L, M, N, K) tuples; ``weight_layout``: B is an
     ``nn.Linear``-style weight passed as ``w.t()`` (else a row-major (K, N) tensor).
     Kernels land in the in-process and disk caches, so a later process loads them
-    instead of compiling. The C++ host fast path (``wsgemm.fast_path``) is built or
-    loaded here too, so the first call does not pay for it. Returns
-    ``{shape: seconds}`` (compile or load time).
+    instead of compiling. The C++ host fast path (``wsgemm.fast_path``) is built (in
+    a background process, while the kernels compile) or loaded here too, so the first
+    call does not run through Python. Returns ``{shape: seconds}`` (compile or load
+    time).
     """
-    fast_path.load()
+    fast_path.load(wait=False)
     device = torch.device(device or "cuda")
     index = device.index if device.index is not None else torch.cuda.current_device()
     gpu = devices.gpu(index)
@@ -207,6 +218,7 @@ def precompile(shapes, dtype: torch.dtype = torch.bfloat16, *, weight_layout: bo
         _, spec, _ = _kernel_for(a, b, None, out_dtype, None, result_shape, result_dtype, batched, batches, gpu)
         known = spec in compile_mod.KERNEL_CACHE
         seconds[shape] = 0.0 if known else compile_mod.KERNEL_CACHE.get(spec).compile_seconds
+    fast_path.load()  # waits for the build started above
     return seconds
 
 

@@ -114,15 +114,21 @@ def _register_kernels(module) -> str:
     where the fast path is built: a compiled graph's cached call then runs without
     entering Python (``_gemm_kernel`` plans the others), and autograd enters Python
     only in backward. Else ``_gemm_kernel`` and a Python formula. Returns which."""
+    global _python_kernels
     if module is not None:
         module.register_operator(_NAMESPACE, _gemm_kernel, _run_cached_plan, _operator_backward)
         return "C++"
-    _library.impl("gemm", _gemm_kernel, "CompositeExplicitAutograd")
-    torch.library.register_autograd(_OP, _backward, setup_context=_setup_context)
+    # A library of their own, so that adopt_fast_path can drop them for C++ ones.
+    _python_kernels = torch.library.Library(_NAMESPACE, "IMPL")
+    _python_kernels.impl("gemm", _gemm_kernel, "CompositeExplicitAutograd")
+    torch.library.register_autograd(_OP, _backward, setup_context=_setup_context, lib=_python_kernels)
     return "Python"
 
 
-_fast_path_module = fast_path.load()
+_python_kernels = None
+# Never waits for a build: imported while the fast path builds, the operator's kernels
+# are Python's until adopt_fast_path (at the first wsgemm.gemm call after it is built).
+_fast_path_module = fast_path.load(wait=False)
 KERNELS_REGISTERED_IN = _register_kernels(_fast_path_module)
 
 
@@ -179,6 +185,18 @@ def _fast_path_recorder(module):
 
 
 _record_product = _fast_path_recorder(_fast_path_module)
+
+
+def adopt_fast_path(module) -> None:
+    """The fast path finished building after this module was imported: the operator's
+    kernels and eager autograd's node become ``module``'s C++ ones from now on."""
+    global _record_product, _python_kernels, KERNELS_REGISTERED_IN
+    if _python_kernels is not None:
+        _python_kernels._destroy()  # unregisters the Python kernels
+        _python_kernels = None
+        KERNELS_REGISTERED_IN = _register_kernels(module)
+    if _record_product is None:
+        _record_product = _fast_path_recorder(module)
 
 
 def gemm_with_autograd(a, b, out_dtype):

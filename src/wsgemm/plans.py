@@ -432,7 +432,7 @@ def gemm_eager(a, b, out=None, out_dtype=None, config=None, read_before_wait="")
 def forget_plans() -> None:
     """Drop every plan (Python's and the fast path's); kernels stay compiled."""
     _plans.clear()
-    module = fast_path.load()
+    module = fast_path.loaded()
     if module is not None:
         module.forget()
 
@@ -440,7 +440,7 @@ def forget_plans() -> None:
 def _remember_plan(a, b, plan: Plan, read_before_wait: str) -> None:
     """The plan for the fast path's lookup; a direct or swapped plan (on one GPU:
     several need a device switch first) is launched from C++ itself."""
-    module = fast_path.load()
+    module = fast_path.loaded()
     if module is None:
         return
     if plan.launches_from_cpp and not devices.several_gpus():
