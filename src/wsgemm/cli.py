@@ -1,9 +1,11 @@
-"""Command line: ``python -m wsgemm demo | inspect | lookahead | bench``.
+"""Command line: ``python -m wsgemm demo | inspect | lookahead | build | bench``.
 
 ``demo``: on a supported GPU, multiply random matrices with wsgemm and torch.matmul
 and print the error and TFLOP/s of both; without one, compile the kernels for each
 arch and print what was built. ``inspect``: compile one configuration and write its
-PTX, cubin and (with nvdisasm) SASS, with a resource summary.
+PTX, cubin and (with nvdisasm) SASS, with a resource summary. ``build``: build the C++
+host fast path into the cache directory now (and, on a GPU, compile the kernels of
+given shapes), as a container image or CI job does before the first call.
 """
 
 from __future__ import annotations
@@ -229,6 +231,44 @@ def cmd_lookahead(args) -> int:
     return 0
 
 
+def _shape(text: str) -> tuple[int, ...]:
+    parts = tuple(int(x) for x in text.lower().split("x"))
+    if len(parts) not in (3, 4):
+        raise argparse.ArgumentTypeError(f"{text!r}: expected MxNxK or LxMxNxK")
+    return parts
+
+
+def cmd_build(args) -> int:
+    import time
+
+    from . import fast_path
+
+    if not fast_path.enabled_by_environment():
+        print("WSGEMM_FAST_PATH is off: nothing to build", file=sys.stderr)
+        return 1
+    start = time.perf_counter()
+    module = fast_path.load()
+    published = fast_path.library_path(fast_path.build_directory())
+    if module is None:
+        print("python -m wsgemm build: the fast path could not be built (the warning above says why); "
+              "calls will run the same steps in Python", file=sys.stderr)
+        return 1
+    if module.__file__ != str(published):
+        print(f"python -m wsgemm build: built, but {published.parent} cannot be written (see the warning "
+              "above): later processes will build it again", file=sys.stderr)
+        return 1
+    print(f"fast path: {published} ({time.perf_counter() - start:.1f} s)")
+    if args.shapes:
+        import torch
+
+        from .api import precompile
+
+        dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}[args.dtype]
+        for shape, seconds in precompile(args.shapes, dtype, weight_layout=not args.row_major_b).items():
+            print(f"kernel for {'x'.join(map(str, shape))}: {seconds:.1f} s")
+    return 0
+
+
 def cmd_bench(suite_args: list[str]) -> int:
     # benchmarks/ ships with the source tree, not the wheel: run the package beside the
     # checkout this package was installed from (pip install -e .), as
@@ -268,6 +308,13 @@ def main(argv=None) -> int:
                       choices=[f.compile_target for f in hardware.ARCHS.values()])
     look.add_argument("--out", default=None, help="write the markdown report here instead of printing it")
     look.set_defaults(func=cmd_lookahead)
+    build = sub.add_parser("build", help="build the C++ host fast path (and, on a GPU, kernels) ahead of time")
+    build.add_argument("--shapes", nargs="*", type=_shape, default=[], metavar="MxNxK",
+                       help="also compile the kernels gemm will choose for these shapes (needs the GPU)")
+    build.add_argument("--dtype", default="bf16", choices=["bf16", "fp16"])
+    build.add_argument("--row-major-b", action="store_true",
+                       help="plan B as a row-major (K, N) tensor, not an nn.Linear weight passed as w.t()")
+    build.set_defaults(func=cmd_build)
     # No options of its own: everything after "bench" goes to suite.py (try bench --help).
     sub.add_parser("bench", add_help=False, help="run benchmarks/suite.py from a source checkout")
     args, suite_args = parser.parse_known_args(argv)
