@@ -123,9 +123,7 @@ def verified(path: Path, timeout: float | None = None) -> bool:
     reason = _judge(path)
     if reason is None:
         return True
-    if reason != MISSING:
-        _set_aside_if_still_damaged(path, timeout)
-    return False
+    return reason != MISSING and _settled(path, timeout)
 
 
 def read(path: Path, timeout: float | None = None) -> bytes | None:
@@ -139,23 +137,30 @@ def read(path: Path, timeout: float | None = None) -> bytes | None:
     reason = _judge(path, data) if data is not None else _judge(path)
     if reason is None:
         return data
-    if reason != MISSING:
-        _set_aside_if_still_damaged(path, timeout)
+    if reason != MISSING and _settled(path, timeout):  # its writer has finished meanwhile
+        with contextlib.suppress(OSError):
+            data = path.read_bytes()
+            return data if _judge(path, data) is None else None
     return None
 
 
-def _set_aside_if_still_damaged(path: Path, timeout: float | None) -> None:
+def _settled(path: Path, timeout: float | None) -> bool:
+    """Judge ``path`` again under its lock (a writer may have been between its two
+    renames): True where it is whole now; else it is set aside (see :func:`verified`)."""
     with lock(path, timeout) as held:
         reason = _judge(path)
-        if reason is None or reason == MISSING:
-            return
+        if reason is None:
+            return True
+        if reason == MISSING:
+            return False
         if held:
             set_aside(path, reason)
-        else:
+        elif not writable(path.parent):
             _warn_once(("damaged", str(path)),
-                       f"wsgemm: the cache file {path} cannot be used ({reason}) and cannot be set aside "
-                       "(its directory is not writable, or another process holds its lock); it is rebuilt "
-                       "in memory")
+                       f"wsgemm: the cache file {path} cannot be used ({reason}) and its directory cannot be "
+                       "written; it is rebuilt in memory")
+        # else another process holds its lock (building it, or judging it): left to that one
+        return False
 
 
 def set_aside(path: Path, reason: str) -> Path | None:
