@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import wsgemm
-from wsgemm import api, fast_path, ops, plans
+from wsgemm import api, cache_files, fast_path, ops, plans
 
 
 @pytest.fixture(scope="module")
@@ -571,3 +571,155 @@ def test_a_second_wsgemm_package_in_the_process_keeps_its_own_plan_cache(module,
                             check=False)
     assert result.returncode == 0, result.stderr[-2000:]
     assert result.stdout.split() == ["False", "True", "True"]
+
+
+# --------------------------------------------------------------------------------------
+# First use and a damaged cache: the library is built out of the way and never loaded
+# unchecked
+# --------------------------------------------------------------------------------------
+
+def cache_holding_this_build(module, cache_dir):
+    """A copy of this process's fast path build (library and record) in ``cache_dir``,
+    where a process with ``WSGEMM_CACHE_DIR=cache_dir`` looks for it; its path."""
+    import shutil
+    from pathlib import Path
+
+    library = Path(module.__file__)
+    target = cache_dir / "fast_path" / library.parent.name
+    target.mkdir(parents=True)
+    for path in (library, cache_files.record_path(library)):
+        shutil.copy2(path, target / path.name)
+    return target / library.name
+
+
+def run_in_new_process(code: str, cache_dir, timeout: float = 600):
+    import os
+    import subprocess
+    import sys
+
+    return subprocess.run([sys.executable, "-c", code], env=dict(os.environ, WSGEMM_CACHE_DIR=str(cache_dir)),
+                          capture_output=True, text=True, timeout=timeout, check=False)
+
+
+LOAD_WITHOUT_A_COMPILER = """
+import warnings
+from wsgemm import fast_path
+
+def no_compiler():
+    raise RuntimeError("error: no C++ compiler here")
+
+fast_path._build = no_compiler
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    module = fast_path.load()
+print(module is None)
+for w in caught:
+    print(w.category.__name__, w.message)
+"""
+
+
+def test_a_truncated_library_is_never_loaded(module, tmp_path):
+    """The library truncated to a third, then loaded by a new process: without the
+    check, ``dlopen`` dies of a bus error (exit status 135). With it, the process warns
+    naming the file, sets it aside, and (here without a compiler) runs in Python."""
+    library = cache_holding_this_build(module, tmp_path)
+    library.write_bytes(library.read_bytes()[: library.stat().st_size // 3])
+    result = run_in_new_process(LOAD_WITHOUT_A_COMPILER, tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    lines = result.stdout.splitlines()
+    assert lines[0] == "True"
+    assert lines[1].startswith(f"CacheWarning wsgemm: the cache file {library} cannot be used (it is ")
+    assert lines[2] == ("RuntimeWarning wsgemm: could not build the C++ host fast path (RuntimeError: error: no C++ "
+                        "compiler here); cached calls run the same steps in Python, a few microseconds slower each. "
+                        "Install a C++ compiler and ninja, or set WSGEMM_FAST_PATH=0 to skip the attempt.")
+    assert len(lines) == 3 and not library.exists()
+    assert len(list(library.parent.glob(library.name + ".damaged-*"))) == 2  # the library and its record
+
+
+def test_an_intact_copy_loads_in_a_new_process_without_building(module, tmp_path):
+    cache_holding_this_build(module, tmp_path)
+    result = run_in_new_process(LOAD_WITHOUT_A_COMPILER, tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.splitlines() == ["False"] and "building" not in result.stderr
+
+
+def test_processes_sharing_a_damaged_cache_set_it_aside_once_and_build_once(module, tmp_path):
+    """The issue's reproduction with three processes at once: each loads the fast path
+    from a cache whose library was truncated. One sets it aside (one warning, naming
+    it), one builds it, the others wait for that build; all load the published library."""
+    import os
+    import subprocess
+    import sys
+
+    library = cache_holding_this_build(module, tmp_path)
+    library.write_bytes(library.read_bytes()[: library.stat().st_size // 3])
+    code = "import wsgemm.fast_path as f; m = f.load(); print(m is not None, m.__file__)"
+    env = dict(os.environ, WSGEMM_CACHE_DIR=str(tmp_path))
+    workers = [subprocess.Popen([sys.executable, "-c", code], env=env, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True) for _ in range(3)]
+    results = [w.communicate(timeout=900) for w in workers]
+    stderr = "".join(err for _, err in results)
+    assert [w.returncode for w in workers] == [0, 0, 0], stderr[-3000:]
+    assert [out.split() for out, _ in results] == [["True", str(library)]] * 3
+    assert stderr.count(f"CacheWarning: wsgemm: the cache file {library} cannot be used") == 1
+    assert stderr.count("wsgemm: built the C++ host fast path in") == 1, stderr
+    assert cache_files.verified(library)
+
+
+def test_the_first_call_runs_in_python_while_the_fast_path_builds(module, cpu_products, monkeypatch):
+    """No build in the cache: the first call starts one in the background and runs in
+    Python; once the build is done, the next call binds the C++ entry and launches from
+    C++ (plans made meanwhile are planned again, to be remembered there)."""
+    import threading
+
+    gate = threading.Event()
+
+    def slow_build():
+        assert gate.wait(timeout=60)
+        return Path(module.__file__), True
+
+    from pathlib import Path
+
+    monkeypatch.setattr(fast_path, "_state", {})
+    monkeypatch.setattr(fast_path, "_import_published", lambda: None)
+    monkeypatch.setattr(fast_path, "_build", slow_build)
+    monkeypatch.setattr(fast_path, "_import_verified", lambda path: module)
+    monkeypatch.setattr(api, "_call_cached", api._call_cached_first)
+    monkeypatch.setattr(api, "_call_cached_transposed", api._call_cached_transposed_first)
+    a, w = torch.randn(7, 5, dtype=torch.float64), torch.randn(6, 5, dtype=torch.float64)
+    for _ in range(2):
+        torch.testing.assert_close(wsgemm.gemm(a, w.t()), a @ w.t())
+    assert cpu_products == ["run", ((7, 5), (5, 6))] * 2  # planned once, both run by Python
+    assert not fast_path.decided() and fast_path.loaded() is None and api._call_cached is api._call_cached_first
+    gate.set()
+    fast_path._state["build"].join(timeout=60)
+    cpu_products.clear()
+    for _ in range(2):
+        torch.testing.assert_close(wsgemm.gemm(a, w.t()), a @ w.t())
+    assert api._call_cached == module.call
+    assert cpu_products == ["run", ((7, 5), (5, 6)), ((7, 5), (5, 6))]  # planned again, then launched from C++
+
+
+def test_a_build_process_that_dies_is_a_warning_not_a_crash(monkeypatch):
+    import subprocess
+
+    def died(args, **kwargs):
+        return subprocess.CompletedProcess(args, -7, stdout="", stderr="")
+
+    monkeypatch.setattr(fast_path, "_state", {})
+    monkeypatch.setattr(fast_path, "_import_published", lambda: None)
+    monkeypatch.setattr(fast_path.subprocess, "run", died)
+    with pytest.warns(RuntimeWarning, match=r"could not build the C\+\+ host fast path \(RuntimeError: the build "
+                                            r"process died of signal 7\)"):
+        assert fast_path.load() is None
+
+
+def test_python_m_wsgemm_build_names_the_library_it_built(module, monkeypatch, capsys):
+    from wsgemm.cli import main
+
+    monkeypatch.setattr(fast_path, "load", lambda: module)
+    assert main(["build"]) == 0
+    assert capsys.readouterr().out.startswith(f"fast path: {module.__file__} (")
+    monkeypatch.setenv("WSGEMM_FAST_PATH", "0")
+    assert main(["build"]) == 1
+    assert "WSGEMM_FAST_PATH is off" in capsys.readouterr().err

@@ -166,6 +166,7 @@ class _Build(threading.Thread):
         super().__init__(name="wsgemm-fast-path-build", daemon=True)
         self.pid = os.getpid()
         self.path: Path | None = None
+        self.built_here = False  # False where another process's build was waited for
         self.error: BaseException | None = None
         self.seconds = 0.0
         meanwhile = "" if waited_for else ("; calls run in Python meanwhile, and `python -m wsgemm build` "
@@ -176,7 +177,7 @@ class _Build(threading.Thread):
     def run(self):
         start = time.perf_counter()
         try:
-            self.path = _build()
+            self.path, self.built_here = _build()
         except BaseException as error:  # noqa: BLE001  (reported by _finish, in the caller's thread)
             self.error = error
         self.seconds = time.perf_counter() - start
@@ -190,7 +191,8 @@ def _finish(build: _Build):
             module = _import_verified(build.path)
             if build.path.parent != build_directory():  # a private build, in a temporary directory
                 shutil.rmtree(build.path.parent, ignore_errors=True)  # (loaded: the library stays mapped)
-            print(f"wsgemm: the fast path is ready ({build.seconds:.0f} s)", file=sys.stderr, flush=True)
+            print(f"wsgemm: built the C++ host fast path in {build.seconds:.0f} s" if build.built_here else
+                  "wsgemm: the C++ host fast path another process built is ready", file=sys.stderr, flush=True)
             return module
         except Exception as import_error:  # noqa: BLE001
             error = import_error
@@ -204,9 +206,10 @@ def _finish(build: _Build):
     return None
 
 
-def _build() -> Path:
-    """Build in a separate process (:func:`build_in_this_process`) and return the path
-    of the library it vouches for; raises with the compiler's error where it fails."""
+def _build() -> tuple[Path, bool]:
+    """Build in a separate process (:func:`build_in_this_process`); returns the path of
+    the library it vouches for and whether it built it (not another process); raises
+    with the compiler's error where it fails."""
     directory = build_directory()
     cache_files.ensure_directory(directory)  # an unwritable one: warned here, built privately there
     package = __name__.split(".")[0]
@@ -220,46 +223,53 @@ def _build() -> Path:
     for message in re.findall(r"CacheWarning: (.*)", result.stderr):  # the build process's: said here once
         warnings.warn(message, cache_files.CacheWarning, stacklevel=2)
     if result.returncode != 0:
-        died = f" (the build process died of signal {-result.returncode})" if result.returncode < 0 else ""
-        raise RuntimeError(f"{result.stderr.strip()}{died}" or f"the build process exited with {result.returncode}")
+        ended = (f"the build process died of signal {-result.returncode}" if result.returncode < 0
+                 else f"the build process exited with status {result.returncode}")
+        raise RuntimeError("\n".join(filter(None, [result.stderr.strip(), ended])))
     lines = result.stdout.strip().splitlines()
     if not lines:
         raise RuntimeError("the build process named no library")
-    return Path(lines[-1])
+    return Path(lines[-1]), "built" in lines[:-1]
 
 
 def _main(argv: list[str]) -> None:
-    """The build process: ``directory [private]``; prints the library's path last."""
+    """The build process: ``directory [private]``; prints ``built`` where it built the
+    library, then the library's path, last."""
     directory, private = Path(argv[0]), len(argv) > 1 and argv[1] == "private"
-    print(build_in_this_process(directory, private=private), flush=True)
+    path, built = build_in_this_process(directory, private=private)
+    print(*(["built"] if built else []), path, sep="\n", flush=True)
 
 
-def build_in_this_process(directory: Path, *, private: bool = False) -> Path:
-    """The published library of ``directory``, built here unless another process
-    publishes it first (its build is waited for, not repeated); where it cannot be
-    published (``private``, an unwritable directory, a lock that timed out), a build in
-    a temporary directory with its own record. This imports the library it builds:
-    run it in a process of its own (:func:`_build`)."""
+def build_in_this_process(directory: Path, *, private: bool = False) -> tuple[Path, bool]:
+    """The published library of ``directory`` and whether this process built it: built
+    here unless another process publishes it first (its build is waited for, not
+    repeated); where it cannot be published (``private``, an unwritable directory, a
+    lock that timed out), a build in a temporary directory with its own record. This
+    imports the library it builds: run it in a process of its own (:func:`_build`)."""
     name = extension_name(directory)
     final = directory / f"{name}.so"
     with contextlib.nullcontext(False) if private else cache_files.lock(final) as held:
         if held and cache_files.verified(final):
-            return final
+            return final, False
         # ~30 ms to import (it imports setuptools): only when there is something to build.
         from torch.utils import cpp_extension
 
         scratch = Path(tempfile.mkdtemp(dir=directory if held else None, prefix=".build-" if held else "wsgemm-"))
-        start = time.perf_counter()
-        cpp_extension.load(name=name, sources=[str(_SOURCE)], build_directory=str(scratch), extra_cflags=["-O2"],
-                           verbose=False)
-        print(f"wsgemm: built the fast path in {time.perf_counter() - start:.0f} s", file=sys.stderr, flush=True)
+        try:
+            cpp_extension.load(name=name, sources=[str(_SOURCE)], build_directory=str(scratch),
+                               extra_cflags=["-O2"], verbose=False)
+        except BaseException:
+            shutil.rmtree(scratch, ignore_errors=True)
+            raise
         built = scratch / f"{name}.so"
         if held and cache_files.publish(final, built):
             shutil.rmtree(scratch, ignore_errors=True)
-            return final
+            return final, True
         if not cache_files.publish(built, built):
             raise RuntimeError(f"could not write the fast path's build to {scratch}")
-        return built
+        return built, True
+
+
 def _first_error_line(error: Exception) -> str:
     """The compiler's first error where there is one, not ninja's closing line."""
     lines = [line.strip() for line in str(error).splitlines() if line.strip()]
