@@ -22,8 +22,9 @@ goes through this module:
   file waits for that build and then reads it instead of repeating it. After
   :data:`LOCK_TIMEOUT_S` (a hung holder) it proceeds without publishing.
 * **An unwritable directory** (read-only, full, permissions): the first failure warns
-  once per directory (:class:`CacheWarning`) and, for the rest of the process, files
-  for it are built and kept in memory only; verified files already there still load.
+  once per process (:class:`CacheWarning`) and, for the rest of the process, files
+  for that directory are built and kept in memory only; verified files already there
+  still load.
 """
 
 from __future__ import annotations
@@ -192,8 +193,8 @@ def set_aside(path: Path, reason: str) -> Path | None:
 # --------------------------------------------------------------------------------------
 
 def write(path: Path, data: bytes) -> bool:
-    """Publish ``data`` as ``path`` (then its record); False, with one warning per
-    directory, where the directory cannot be written."""
+    """Publish ``data`` as ``path`` (then its record); False, with one warning (per
+    process), where the directory cannot be written."""
     path = Path(path)
     if not writable(path.parent):
         return False
@@ -211,7 +212,7 @@ def publish(path: Path, built: Path) -> bool:
     """Publish the finished file ``built`` as ``path``: moved (or, from another file
     system, copied) into place, then its record written. ``built`` may be ``path``
     itself (a file built in place privately: only the record is written). False, with
-    one warning per directory, where ``path``'s directory cannot be written."""
+    one warning (per process), where ``path``'s directory cannot be written."""
     path, built = Path(path), Path(built)
     if not writable(path.parent):
         return False
@@ -269,8 +270,10 @@ _warned_lock = threading.Lock()
 
 
 def writable(directory: Path) -> bool:
-    """False once writing to ``directory`` has failed in this process."""
-    return str(directory) not in _unwritable
+    """False once writing to ``directory`` (or a directory above it) has failed in this
+    process."""
+    directory = Path(directory)
+    return not any(str(d) in _unwritable for d in (directory, *directory.parents))
 
 
 def ensure_directory(directory: Path) -> bool:
@@ -291,9 +294,10 @@ def ensure_directory(directory: Path) -> bool:
 
 
 def mark_unwritable(directory: Path, error: OSError) -> None:
-    """From now on keep what ``directory`` would hold in memory; warn once."""
+    """From now on keep what ``directory`` would hold in memory; warn once per process
+    (the caches' directories are one tree: its first failure speaks for all)."""
     _unwritable.add(str(directory))
-    _warn_once(("unwritable", str(directory)),
+    _warn_once("unwritable",
                f"wsgemm: cannot write to the cache directory {directory} ({error.strerror or error}); compiled "
                "kernels, the fast path's build and autotune results are kept in memory for this process and "
                "rebuilt by the next one (set WSGEMM_CACHE_DIR to a writable directory)")
