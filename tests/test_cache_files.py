@@ -256,7 +256,8 @@ def test_a_full_disk_keeps_results_in_memory_with_one_warning(tmp_path, monkeypa
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
     monkeypatch.setattr(cache_files.os, "fsync", full)
-    with pytest.warns(CacheWarning, match=r"cannot write to the cache directory .* \(No space left on device\)") as caught:
+    full_disk = r"cannot write to the cache directory .* \(No space left on device\)"
+    with pytest.warns(CacheWarning, match=full_disk) as caught:
         assert not cache_files.write(tmp_path / "a.bin", DATA)
         assert not cache_files.write(tmp_path / "b.bin", DATA)
     assert len(caught) == 1

@@ -212,13 +212,15 @@ def _build() -> tuple[Path, bool]:
     with the compiler's error where it fails."""
     directory = build_directory()
     cache_files.ensure_directory(directory)  # an unwritable one: warned here, built privately there
+    # This very package, wherever this process found it (a path it put on sys.path itself
+    # included), under its own name (benchmarks/maint/baseline.py's wsgemm_base).
     package = __name__.split(".")[0]
-    code = f"import sys; from {package} import fast_path; fast_path._main(sys.argv[1:])"
-    env = dict(os.environ)
-    package_parent = str(Path(__file__).resolve().parents[1])
-    env["PYTHONPATH"] = os.pathsep.join([package_parent, *filter(None, [env.get("PYTHONPATH")])])
+    code = ("import sys; found_in = sys.argv[1]; "
+            "sys.path.insert(0, found_in) if found_in not in sys.path else None; "
+            f"from {package} import fast_path; fast_path._main(sys.argv[2:])")
+    found_in = str(Path(__file__).resolve().parents[1])
     private = "" if cache_files.writable(directory) else "private"
-    result = subprocess.run([sys.executable, "-c", code, str(directory), private], env=env, capture_output=True,
+    result = subprocess.run([sys.executable, "-c", code, found_in, str(directory), private], capture_output=True,
                             text=True, check=False)
     for message in re.findall(r"CacheWarning: (.*)", result.stderr):  # the build process's: said here once
         warnings.warn(message, cache_files.CacheWarning, stacklevel=2)
