@@ -24,8 +24,9 @@ import random
 from collections import deque
 from dataclasses import dataclass, field
 
+from .cluster import ClusterSpec, build_cluster
 from .machine import Machine, ProtocolViolation, Violation
-from .roles import build_kernel
+from .roles import KernelModel, build_kernel
 from .spec import PipelineSpec
 
 TRACE_TAIL = 40  # steps kept before a finding (the start of a long run rarely matters)
@@ -38,9 +39,14 @@ class Finding:
     trace: tuple[str, ...]  # the last steps before it, oldest first
 
 
+def build_model(spec: PipelineSpec | ClusterSpec) -> KernelModel:
+    """One CTA's roles (:mod:`.roles`) or a cluster's (:mod:`.cluster`)."""
+    return build_cluster(spec) if isinstance(spec, ClusterSpec) else build_kernel(spec)
+
+
 @dataclass
 class CheckResult:
-    spec: PipelineSpec
+    spec: PipelineSpec | ClusterSpec
     exhaustive: bool  # True: every interleaving (up to the state limit); False: random runs
     states: int  # distinct states visited (exhaustive) or steps executed (random)
     completed_runs: int  # executions that reached the end (distinct end states when exhaustive)
@@ -67,10 +73,10 @@ class CheckResult:
         return f"{verdict} ({how})"
 
 
-def explore_exhaustively(spec: PipelineSpec, max_states: int = 500_000) -> CheckResult:
+def explore_exhaustively(spec: PipelineSpec | ClusterSpec, max_states: int = 500_000) -> CheckResult:
     """Visit every reachable state of ``spec`` (depth-first, memoised)."""
     result = CheckResult(spec, exhaustive=True, states=1, completed_runs=0, complete=True)
-    root = Machine(build_kernel(spec))
+    root = Machine(build_model(spec))
     seen = {root.key()}
     if not root.enabled_steps():  # every role blocked at its first instruction
         _judge_end(root, result, [])
@@ -111,7 +117,7 @@ def explore_exhaustively(spec: PipelineSpec, max_states: int = 500_000) -> Check
     return result
 
 
-def explore_randomly(spec: PipelineSpec, runs: int = 200, seed: int = 0) -> CheckResult:
+def explore_randomly(spec: PipelineSpec | ClusterSpec, runs: int = 200, seed: int = 0) -> CheckResult:
     """Run ``runs`` random executions.
 
     Races show up when one side is slow: a release before its MMA completed is only
@@ -121,7 +127,7 @@ def explore_randomly(spec: PipelineSpec, runs: int = 200, seed: int = 0) -> Chec
     probability proportional to the speed of whoever takes it.
     """
     result = CheckResult(spec, exhaustive=False, states=0, completed_runs=0, complete=False)
-    kernel = build_kernel(spec)
+    kernel = build_model(spec)
     rng = random.Random(seed)
     for _ in range(runs):
         machine = Machine(kernel)

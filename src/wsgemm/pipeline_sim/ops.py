@@ -86,6 +86,7 @@ class Arrive(Op):
     phase: int
 
     def run(self, m, role):
+        m.check_alive(m.kernel.barrier_cta[self.barrier], f"an arrival on {m.barrier_names[self.barrier]}")
         m.barriers[self.barrier] = m.barriers[self.barrier].arrive(self.count, for_phase=self.phase)
 
     def describe(self, m):
@@ -102,6 +103,7 @@ class ArriveExpectTx(Op):
     phase: int
 
     def run(self, m, role):
+        m.check_alive(m.kernel.barrier_cta[self.barrier], f"an arrival on {m.barrier_names[self.barrier]}")
         m.barriers[self.barrier] = m.barriers[self.barrier].arrive_expect_tx(
             self.nbytes, for_phase=self.phase
         )
@@ -115,7 +117,10 @@ class ArriveExpectTx(Op):
 @dataclass(frozen=True)
 class TmaLoad(Op):
     """One TMA copy (A or B) of k-block ``kblock`` into ring slot ``slot``; its bytes land
-    later and ``complete_tx`` on ``barrier``."""
+    later and ``complete_tx`` on ``barrier``.
+
+    ``multicast``: further ``(slot, barrier)`` destinations of a ``.multicast::cluster``
+    copy (the same slot of other CTAs); its bytes land in each of them separately."""
 
     slot: int
     kblock: int
@@ -123,12 +128,20 @@ class TmaLoad(Op):
     barrier: int
     nbytes: int
     phase: int
+    multicast: tuple[tuple[int, int], ...] = ()
+
+    @property
+    def destinations(self) -> tuple[tuple[int, int], ...]:
+        return ((self.slot, self.barrier), *self.multicast)
 
     def run(self, m, role):
-        m.start_copy(self)
+        m.start_copy(role, self)
 
     def describe(self, m):
-        return f"TMA load {self.operand} of k-block {self.kblock} -> slot {self.slot}"
+        if not self.multicast:
+            return f"TMA load {self.operand} of k-block {self.kblock} -> slot {self.slot}"
+        slots = ", ".join(m.slot_name(slot) for slot, _ in self.destinations)
+        return f"TMA load {self.operand} of k-block {self.kblock} -> {slots}"
 
 
 @dataclass(frozen=True)
@@ -147,6 +160,10 @@ class IssueMma(Op):
     acc: int
     tile: int
     first: bool
+    # A 2-CTA MMA (cta_group::2) also reads the same slot of the pair's peer CTA and
+    # writes the peer's half of the accumulator, in the peer's tensor memory.
+    peer_slots: tuple[int, ...] = ()
+    peer_accs: tuple[int, ...] = ()
 
     def run(self, m, role):
         m.issue_mma(role, self)
@@ -175,16 +192,23 @@ class WaitMmas(Op):
 @dataclass(frozen=True)
 class Commit(Op):
     """SM100 ``tcgen05.commit``: arrive once on ``barrier`` when every MMA this warp
-    issued so far has completed."""
+    issued so far has completed. ``multicast``: the same barrier of the other CTAs in
+    the commit's mask, which get one arrival each at the same time."""
 
     barrier: int
     phase: int
+    multicast: tuple[int, ...] = ()
+
+    @property
+    def barriers(self) -> tuple[int, ...]:
+        return (self.barrier, *self.multicast)
 
     def run(self, m, role):
         m.queue_commit(role, self)
 
     def describe(self, m):
-        return f"tcgen05.commit -> {m.barrier_names[self.barrier]} (phase {self.phase})"
+        names = ", ".join(m.barrier_names[b] for b in self.barriers)
+        return f"tcgen05.commit -> {names} (phase {self.phase})"
 
 
 @dataclass(frozen=True)
@@ -254,3 +278,75 @@ class StoreTile(Op):
 
     def describe(self, m):
         return f"store tile {self.tile} (part {self.part})"
+
+
+# -- tensor memory (SM100): a per-SM pool of columns ------------------------------------------
+
+@dataclass(frozen=True)
+class TmemAlloc(Op):
+    """``tcgen05.alloc``: take ``columns`` of SM ``sm``'s tensor memory for CTA ``cta``;
+    blocks until that many are free."""
+
+    cta: int
+    sm: int
+    columns: int
+
+    def ready(self, m, role):
+        return m.tmem_free[self.sm] >= self.columns
+
+    def run(self, m, role):
+        m.tmem_allocate(self)
+
+    def describe(self, m):
+        return f"tcgen05.alloc {self.columns} columns on SM {self.sm}"
+
+
+@dataclass(frozen=True)
+class WaitTmemAllocated(Op):
+    """Wait until every CTA in ``ctas`` holds its tensor memory: the MMA warp's
+    ``tmem.wait_for_alloc`` (a named barrier with the allocating warp); for abstract
+    CTAs of another cluster, that all of their cluster allocated."""
+
+    ctas: tuple[int, ...]
+
+    def ready(self, m, role):
+        return all(m.tmem_state[c] != TMEM_NONE for c in self.ctas)
+
+    def run(self, m, role):
+        pass
+
+    def describe(self, m):
+        return "wait until CTA" + "s" * (len(self.ctas) > 1) + " " + ", ".join(map(str, self.ctas)) + " allocated"
+
+
+@dataclass(frozen=True)
+class TmemRelinquish(Op):
+    """``tcgen05.relinquish_alloc_permit``: CTA ``cta`` will allocate no more."""
+
+    cta: int
+
+    def run(self, m, role):
+        m.tmem_relinquish(self.cta)
+
+    def describe(self, m):
+        return "tcgen05.relinquish_alloc_permit"
+
+
+@dataclass(frozen=True)
+class TmemDealloc(Op):
+    """``tcgen05.dealloc``: free the columns CTA ``cta`` allocated; with
+    ``cta_group::2`` (``pair`` of more than one CTA) the pair's allocation, in every
+    CTA of the pair."""
+
+    cta: int
+    pair: tuple[int, ...]
+
+    def run(self, m, role):
+        m.tmem_deallocate(self)
+
+    def describe(self, m):
+        return "tcgen05.dealloc" + (".cta_group::2" if len(self.pair) > 1 else "")
+
+
+# What a CTA's tensor memory holds (Machine.tmem_state).
+TMEM_NONE, TMEM_HELD, TMEM_FREED = 0, 1, 2

@@ -50,34 +50,46 @@ class RingModel:
     """A full/empty barrier ring of ``num_stages`` slots, as the roles call it.
 
     ``full`` and ``empty`` are the machine's barrier indices of each slot. The three
-    keyword arguments exist to plant faults: the parities each side waits with, and a
-    producer that never waits when it holds a token.
+    keyword arguments after them exist to plant faults: the parities each side waits
+    with, and a producer that never waits when it holds a token.
+
+    In a cluster (:mod:`.cluster`) the machine numbers the slots of all CTAs in one
+    list, this CTA's from ``slot_base``; and a ``tcgen05.commit`` may reach the same
+    barrier of other CTAs: ``commit_full_to[s]`` / ``commit_release_to[s]`` are those
+    further barriers of slot ``s``'s ``full`` / ``empty``.
     """
 
     def __init__(self, full: list[int], empty: list[int], num_stages: int, *,
                  producer_parity: Callable[[int, int], int] | None = None,
                  consumer_parity: Callable[[int, int], int] | None = None,
-                 producer_trusts_token: bool = False):
+                 producer_trusts_token: bool = False,
+                 slot_base: int = 0,
+                 commit_full_to: list[tuple[int, ...]] | None = None,
+                 commit_release_to: list[tuple[int, ...]] | None = None):
         self.full_ids = full
         self.empty_ids = empty
         self.num_stages = num_stages
+        self.slot_base = slot_base
+        self.commit_full_to = commit_full_to or [()] * num_stages
+        self.commit_release_to = commit_release_to or [()] * num_stages
         # Looked up now, not at import: the model runs whatever stages.py says.
         self.producer_parity = producer_parity or stages.empty_wait_parity
         self.consumer_parity = consumer_parity or stages.full_wait_parity
         self.producer_trusts_token = producer_trusts_token
 
     def slot(self, count: int) -> int:
-        return stages.stage_index(count, self.num_stages)
+        """The machine's index of the slot hand-over ``count`` uses."""
+        return self.slot_base + stages.stage_index(count, self.num_stages)
 
     def phase(self, count: int) -> int:
         """The barrier phase hand-over ``count`` belongs to (on both full and empty)."""
         return stages.ring_lap(count, self.num_stages)
 
     def full(self, count: int) -> int:
-        return self.full_ids[self.slot(count)]
+        return self.full_ids[stages.stage_index(count, self.num_stages)]
 
     def empty(self, count: int) -> int:
-        return self.empty_ids[self.slot(count)]
+        return self.empty_ids[stages.stage_index(count, self.num_stages)]
 
     # -- producer side (SmemRing.producer_*, AccRing.mma_acquire / mma_tail) ------------
 
@@ -99,7 +111,8 @@ class RingModel:
 
     def commit_full(self, count: int) -> Op:
         """``AccRing.mma_commit``: accumulator ``count`` is full once its MMAs complete."""
-        return Commit(self.full(count), self.phase(count))
+        index = stages.stage_index(count, self.num_stages)
+        return Commit(self.full(count), self.phase(count), self.commit_full_to[index])
 
     # -- consumer side (SmemRing.consumer_*_slot, warp_release_slot, mma_release_slot;
     #    AccRing.epilogue_*). The kernels step (slot, parity) along their k-loops
@@ -119,40 +132,58 @@ class RingModel:
     def commit_release(self, count: int) -> Op:
         """``SmemRing.mma_release_slot``: ``tcgen05.commit`` -> ``empty`` once the MMAs that
         read the slot complete."""
-        return Commit(self.empty(count), self.phase(count))
+        index = stages.stage_index(count, self.num_stages)
+        return Commit(self.empty(count), self.phase(count), self.commit_release_to[index])
 
 
 # -- the producer (both kernels) ---------------------------------------------------------
 
-def producer(spec: PipelineSpec, ring: RingModel) -> Program:
+# A CTA's TMA copies of one hand-over: ``copies(count)`` -> the TmaLoad ops.
+Copies = Callable[[int], Iterator[Op]]
+
+
+def producer(spec: PipelineSpec, ring: RingModel, *, copies: Copies | None = None,
+             announced: int | None = None, tail: bool = True) -> Program:
+    """The TMA producer. In a cluster (:mod:`.cluster`) ``copies`` issues the CTA's
+    multicast copies, ``announced`` is what its ``arrive.expect_tx`` announces (None: a
+    pair's peer, which does not announce) and ``tail`` drops the final waits when false."""
     count = 0  # k-blocks handed to the ring so far, across all tiles
     probed = False  # does the token hold a probe's answer? (else it is plain false)
     if spec.lookahead is Lookahead.BEFORE_COPY:
         yield ring.producer_try_acquire(count)
         probed = True
     for tile in range(spec.tiles):
-        count, probed = yield from produce_k_blocks(spec, ring, count, probed, tile)
-    yield from ring.producer_tail(count)
+        count, probed = yield from produce_k_blocks(spec, ring, count, probed, tile,
+                                                    copies=copies, announced=announced)
+    if tail:
+        yield from ring.producer_tail(count)
 
 
-def produce_k_blocks(spec: PipelineSpec, ring: RingModel, count: int, probed: bool, tile: int = 0):
+def produce_k_blocks(spec: PipelineSpec, ring: RingModel, count: int, probed: bool, tile: int = 0, *,
+                     copies: Copies | None = None, announced: int | None = None):
     """The producer's k-loop for one tile; returns the advanced counter and whether the
     token holds a probe's answer. With ``Lookahead.NONE`` nothing ever probes, so the
     token stays false and every acquire waits. A tile whose A box is all padding
-    (``spec.padded_tiles``) loads and announces only B (``Sm90Gemm.producer``)."""
-    loads_a = spec.loads_a(tile)
-    announced = spec.stage_bytes if loads_a or spec.fault is Fault.ANNOUNCES_SKIPPED_BOX else spec.b_bytes
+    (``spec.padded_tiles``) loads and announces only B (``Sm90Gemm.producer``).
+    ``copies`` and ``announced``: see :func:`producer`."""
+    if copies is None:
+        loads_a = spec.loads_a(tile)
+        announced = spec.stage_bytes if loads_a or spec.fault is Fault.ANNOUNCES_SKIPPED_BOX else spec.b_bytes
+
+        def copies(this):
+            phase = ring.phase(this)
+            if loads_a:
+                yield TmaLoad(ring.slot(this), this, "A", ring.full(this), spec.a_bytes, phase)
+            yield TmaLoad(ring.slot(this), this, "B", ring.full(this), spec.b_bytes, phase)
+
     for kb in range(spec.k_blocks):
         yield from ring.producer_acquire(count, probed, announced)
-        slot, this = ring.slot(count), count
+        this = count
         count += 1
         if spec.lookahead is Lookahead.BEFORE_COPY:
             yield ring.producer_try_acquire(count)
             probed = True
-        phase = ring.phase(this)
-        if loads_a:
-            yield TmaLoad(slot, this, "A", ring.full(this), spec.a_bytes, phase)
-        yield TmaLoad(slot, this, "B", ring.full(this), spec.b_bytes, phase)
+        yield from copies(this)
         if spec.lookahead is Lookahead.AFTER_COPY:
             probed = kb + 1 < spec.k_blocks
             if probed:
@@ -221,11 +252,15 @@ def sm90_pingpong_consumer(spec: PipelineSpec, ring: RingModel, warpgroup: int) 
 
 # -- SM100 MMA warp and epilogue ------------------------------------------------------------
 
-def sm100_mma(spec: PipelineSpec, ring: RingModel, acc_ring: RingModel) -> Program:
+def sm100_mma(spec: PipelineSpec, ring: RingModel, acc_ring: RingModel, *,
+              peer_rings: tuple[RingModel, ...] = (), peer_acc_rings: tuple[RingModel, ...] = ()) -> Program:
     """The MMA warp: per tile, acquire an accumulator buffer, issue each k-block's MMAs
     and release its slot by ``tcgen05.commit``, then commit the buffer as full. With a
     look-ahead policy other than NONE it probes the next ``full`` barrier after issuing
-    (not after a tile's last k-block) and at the start of each tile."""
+    (not after a tile's last k-block) and at the start of each tile.
+
+    A pair leader's 2-CTA MMA (:mod:`.cluster`) also reads the slot of ``peer_rings``
+    and writes the accumulator buffer of ``peer_acc_rings`` (the peer CTA's)."""
     peeks = spec.lookahead is not Lookahead.NONE
     read = 0  # k-blocks consumed so far, across tiles
     for tile in range(spec.tiles):  # tile == accumulator counter
@@ -236,7 +271,9 @@ def sm100_mma(spec: PipelineSpec, ring: RingModel, acc_ring: RingModel) -> Progr
         yield from acc_ring.producer_acquire(tile, token_valid=False)
         for kb in range(spec.k_blocks):
             yield ring.consumer_wait(read, probed)
-            yield IssueMma(ring.slot(read), read, acc_ring.slot(tile), tile, first=kb == 0)
+            yield IssueMma(ring.slot(read), read, acc_ring.slot(tile), tile, first=kb == 0,
+                           peer_slots=tuple(r.slot(read) for r in peer_rings),
+                           peer_accs=tuple(r.slot(tile) for r in peer_acc_rings))
             if spec.fault is Fault.EARLY_SLOT_RELEASE:
                 yield ring.release(read, 1)  # FAULT: arrives now, not when the MMAs complete
             else:
@@ -249,8 +286,9 @@ def sm100_mma(spec: PipelineSpec, ring: RingModel, acc_ring: RingModel) -> Progr
     yield from acc_ring.producer_tail(spec.tiles)
 
 
-def sm100_epilogue(spec: PipelineSpec, acc_ring: RingModel) -> Program:
-    """The epilogue warps (one role; each warp arrives once on ``acc_empty``)."""
+def sm100_epilogue(spec: PipelineSpec, acc_ring: RingModel, part: int = 0) -> Program:
+    """The epilogue warps (one role; each warp arrives once on ``acc_empty``). ``part``:
+    which part of each tile this CTA stores (its rank, in a cluster)."""
     early = spec.fault is Fault.EARLY_ACC_RELEASE
     for tile in range(spec.tiles):
         buffer = acc_ring.slot(tile)
@@ -258,7 +296,7 @@ def sm100_epilogue(spec: PipelineSpec, acc_ring: RingModel) -> Program:
         if early:
             yield acc_ring.release(tile, spec.epilogue_warps)  # FAULT: not read yet
         yield ReadAccumulator(buffer, tile)
-        yield StoreTile(tile, 0, buffer, reads_accumulator=False)
+        yield StoreTile(tile, part, buffer, reads_accumulator=False)
         if not early:
             yield acc_ring.release(tile, spec.epilogue_warps)
 
@@ -283,16 +321,51 @@ class KernelModel:
     role_queues: tuple[int | None, ...]
     tile_parts: int  # how many roles store a part of each tile
 
+    # One CTA: every role, barrier and slot is CTA 0's, and tensor memory is not
+    # modelled. A cluster (:mod:`.cluster`) overrides these.
+    @property
+    def cta_count(self) -> int:
+        return 1
+
+    @property
+    def role_cta(self) -> tuple[int, ...]:
+        return (0,) * len(self.programs)
+
+    @property
+    def barrier_cta(self) -> tuple[int, ...]:
+        return (0,) * len(self.barrier_names)
+
+    @property
+    def slot_count(self) -> int:
+        return self.spec.stages
+
+    @property
+    def tmem_columns_per_sm(self) -> tuple[int, ...]:
+        return ()
+
+    def roles_of(self, cta: int) -> range:
+        return range(len(self.programs))
+
+    def slot_cta(self, slot: int) -> int:
+        return 0
+
+    def slot_name(self, slot: int) -> str:
+        return f"slot {slot}"
+
+    def acc_cta(self, acc: int) -> int | None:
+        """The CTA whose tensor memory holds accumulator ``acc`` (None: not modelled)."""
+        return None
+
     @property
     def mma_queues(self) -> int:
         return len({q for q in self.role_queues if q is not None})
 
-    def copies_needed(self, kblock: int) -> int:
+    def copies_needed(self, kblock: int, slot: int = 0) -> int:
         """Copies (A and B, or B alone for a padded tile) that hand-over ``kblock``
         must have landed before an MMA may read its slot."""
         return self.spec.copies_needed(kblock // self.spec.k_blocks)
 
-    def readers(self, kblock: int) -> frozenset[int]:
+    def readers(self, kblock: int, slot: int = 0) -> frozenset[int]:
         """Roles whose MMAs will read the slot that hand-over ``kblock`` fills."""
         if self.readers_by_tile is None:
             return self.slot_readers

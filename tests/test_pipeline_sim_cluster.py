@@ -1,0 +1,203 @@
+"""The SM100 kernel's protocol over a cluster (pipeline_sim.cluster): multicast copies,
+a 2-CTA pair, remote arrivals, tensor memory per SM and co-resident clusters. The
+kernel's protocol is safe in every interleaving for 1x1, 2x1 and 2x1 2-CTA clusters
+and in random schedules of 4x2 ones; each planted cluster bug is caught."""
+
+import pytest
+
+from wsgemm import GemmConfig
+from wsgemm import config as cfg
+from wsgemm.config import Lookahead
+from wsgemm.kernels.common.stages import empty_arrivals
+from wsgemm.pipeline_sim import Violation, explore_exhaustively, explore_randomly
+from wsgemm.pipeline_sim.cluster import ClusterFault, ClusterSpec, build_cluster
+from wsgemm.pipeline_sim.ops import ArriveExpectTx, Commit, IssueMma, TmaLoad, TmemAlloc, TmemDealloc
+
+POLICIES = list(Lookahead)
+ONE = dict()
+ROW = dict(cluster_m=2)
+PAIR = dict(cluster_m=2, two_cta=True)
+
+
+def cluster(config, policy=Lookahead.BEFORE_COPY, stages=1, tiles=2, k_blocks=1, **kwargs):
+    """The bf16 kernel make_spec builds for ``config``, at the model's sizes (one
+    accumulator buffer unless told, so that tiles reuse it)."""
+    kwargs.setdefault("acc_stages", 1)
+    return ClusterSpec.of(GemmConfig(**config, lookahead=policy), stages=stages, tiles=tiles, k_blocks=k_blocks,
+                          **kwargs)
+
+
+def assert_proved_safe(spec):
+    result = explore_exhaustively(spec)
+    assert result.complete, f"{spec.short()}: state limit hit"
+    assert result.safe, "\n".join(
+        [spec.short()] + [f"{f.kind.value}: {f.message}\n  " + "\n  ".join(f.trace[-10:])
+                          for f in result.findings.values()])
+    assert result.completed_runs >= 1
+
+
+# -- the kernel's protocol is safe ------------------------------------------------------------
+
+# (cluster, stages, tiles, k_blocks): each small enough to enumerate in a few seconds
+# under every policy; together they wrap the ring, reuse the accumulator, and run the
+# tensor-memory set-up and tear-down.
+SAFE = [
+    (ONE, 2, 2, 2),
+    (ROW, 1, 1, 2),
+    (PAIR, 1, 2, 2),
+    (PAIR, 2, 1, 2),
+]
+
+
+@pytest.mark.parametrize("policy", POLICIES, ids=lambda p: p.value)
+@pytest.mark.parametrize("case", SAFE, ids=lambda c: f"{cluster(c[0]).short().split(' s')[0]}-{c[1]}x{c[2]}x{c[3]}")
+def test_every_interleaving_of_a_cluster_is_safe(case, policy):
+    config, stages, tiles, k_blocks = case
+    assert_proved_safe(cluster(config, policy, stages, tiles, k_blocks))
+
+
+def test_a_2x1_cluster_over_two_tiles_on_one_slot_is_safe():
+    # Both CTAs refill their one slot and reuse their one accumulator buffer: every
+    # refill waits for both MMAs' releases (empty counts 2), which the model checks.
+    assert_proved_safe(cluster(ROW, Lookahead.NONE, stages=1, tiles=2, k_blocks=1))
+
+
+@pytest.mark.parametrize("config", [dict(cluster_m=4, cluster_n=2), dict(cluster_m=4, cluster_n=2, two_cta=True),
+                                    dict(cluster_n=2), dict(cluster_m=2, cluster_n=2, two_cta=True)], ids=str)
+def test_larger_clusters_survive_random_schedules(config):
+    # Eight CTAs (24 roles with their hardware) are too many to enumerate; random
+    # schedules with per-role speeds are evidence, not proof.
+    spec = cluster(config, stages=2, tiles=2, k_blocks=2)
+    result = explore_randomly(spec, runs=20, seed=3)
+    assert result.safe, [f.message for f in result.findings.values()]
+    assert result.completed_runs == 20
+
+
+# -- the model is laid out from the kernel spec -----------------------------------------------
+
+def test_barrier_counts_come_from_the_kernels_functions():
+    for config in (ROW, PAIR, dict(cluster_m=4, cluster_n=2)):
+        spec = cluster(config)
+        model = build_cluster(spec)
+        counts = dict(zip(model.barrier_names, model.barrier_counts))
+        c = spec.kernel.config
+        assert counts["CTA 1 empty[0]"] == empty_arrivals(c.cluster_m, c.cluster_n, spec.pair, 1)
+        assert counts["CTA 0 acc_empty[0]"] == 4 * spec.pair  # both CTAs' epilogue warps
+        assert counts["CTA 0 full[0]"] == 1
+
+
+def test_a_pair_leader_announces_both_ctas_bytes_and_the_peers_copies_complete_there():
+    spec = cluster(PAIR)
+    model = build_cluster(spec)
+    name = model.barrier_names
+    leader, peer = (model.programs[model.role_names.index(f"CTA {r} producer")] for r in (0, 1))
+    budget = cfg.smem_budget(spec.kernel)
+    assert {op.nbytes for op in leader if isinstance(op, ArriveExpectTx)} == {2 * budget.stage_bytes}
+    assert not any(isinstance(op, ArriveExpectTx) for op in peer)
+    assert {name[op.barrier] for op in peer if isinstance(op, TmaLoad)} == {"CTA 0 full[0]"}
+    # Only the leader runs the MMA loop; its MMAs read both CTAs' slots.
+    assert "CTA 1 mma" not in model.role_names
+    mma = model.programs[model.role_names.index("CTA 0 mma")]
+    issue = next(op for op in mma if isinstance(op, IssueMma))
+    assert (model.slot_cta(issue.slot), *map(model.slot_cta, issue.peer_slots)) == (0, 1)
+    commits = [tuple(name[b] for b in op.barriers) for op in mma if isinstance(op, Commit)]
+    assert ("CTA 0 empty[0]", "CTA 1 empty[0]") in commits  # the slot release, to both
+    assert ("CTA 0 acc_full[0]", "CTA 1 acc_full[0]") in commits  # accumulator full, to both
+
+
+def test_copies_multicast_along_the_row_and_column():
+    # 2x2 cluster, ranks m + 2n: CTA 0's A share goes to its row (0, 2), its B share to
+    # its column (0, 1); each is half of the CTA's tile.
+    spec = cluster(dict(cluster_m=2, cluster_n=2))
+    model = build_cluster(spec)
+    producer = model.programs[model.role_names.index("CTA 0 producer")]
+    a, b = (next(op for op in producer if isinstance(op, TmaLoad) and op.operand == x) for x in "AB")
+    assert sorted(model.slot_cta(slot) for slot, _ in a.destinations) == [0, 2]
+    assert sorted(model.slot_cta(slot) for slot, _ in b.destinations) == [0, 1]
+    assert (a.nbytes, b.nbytes) == (spec.a_bytes // 2, spec.b_bytes // 2)
+
+
+def test_each_cta_allocates_its_columns_and_a_pair_deallocates_together():
+    model = build_cluster(cluster(PAIR))
+    epilogue = model.programs[model.role_names.index("CTA 1 epilogue")]
+    alloc = next(op for op in epilogue if isinstance(op, TmemAlloc))
+    assert (alloc.sm, alloc.columns) == (1, cfg.tmem_columns(cluster(PAIR).kernel))
+    ops = [type(op).__name__ for op in epilogue[-4:]]
+    assert ops == ["TmemRelinquish", "Arrive", "Wait", "TmemDealloc"]
+    assert epilogue[-1] == TmemDealloc(1, (1, 0))
+
+
+# -- planted bugs are caught ----------------------------------------------------------------
+
+CAUGHT = [
+    # (cluster, fault, violation, what the finding says)
+    (ROW, ClusterFault.SLOT_COMMIT_WITHOUT_PEER, Violation.DEADLOCK, "blocked at"),
+    (PAIR, ClusterFault.SLOT_COMMIT_WITHOUT_PEER, Violation.DEADLOCK, "wait CTA 1 empty[0] parity 0'"),
+    (PAIR, ClusterFault.ACC_COMMIT_WITHOUT_PEER, Violation.DEADLOCK, "CTA 1 epilogue blocked at 'wait CTA 1 acc_full"),
+    (PAIR, ClusterFault.EXPECT_TX_OF_ONE_CTA, Violation.READ_BEFORE_LANDED, "CTA 0 mma read CTA 1 slot 0"),
+    (PAIR, ClusterFault.DEALLOC_BEFORE_PEER_READ, Violation.TMEM_NOT_HELD, "CTA 1's tensor memory is freed"),
+    # CTA 1 of a pair runs no MMA: the commit that arrives after it exited is the leader's.
+    (PAIR, ClusterFault.DROPS_PRODUCER_TAIL, Violation.AFTER_EXIT,
+     "CTA 0 mma's tcgen05.commit arrives on CTA 1 empty[0], but CTA 1 has exited"),
+]
+
+
+@pytest.mark.parametrize("policy", POLICIES, ids=lambda p: p.value)
+@pytest.mark.parametrize("config, fault, expected, says", CAUGHT,
+                         ids=[f"{'pair' if c.get('two_cta') else '2x1'}-{f.value}" for c, f, _, _ in CAUGHT])
+def test_planted_cluster_bug_is_caught(config, fault, expected, says, policy):
+    result = explore_exhaustively(cluster(config, policy, fault=fault))
+    assert result.complete
+    assert expected in result.kinds, result.summary()
+    assert says in result.findings[expected].message
+    assert result.findings[expected].trace
+
+
+def test_an_expect_tx_of_one_ctas_bytes_also_corrupts_the_next_phase():
+    # The pair's four copies deliver twice what the leader announced: when half of them
+    # complete the phase, the rest land in the next one.
+    result = explore_exhaustively(cluster(PAIR, fault=ClusterFault.EXPECT_TX_OF_ONE_CTA))
+    assert Violation.OVER_ARRIVAL in result.kinds
+
+
+@pytest.mark.parametrize("fault", [f for f in ClusterFault if f.name != "DROPS_PRODUCER_TAIL"], ids=lambda f: f.value)
+def test_without_the_fault_the_same_cluster_is_safe(fault):
+    assert_proved_safe(cluster(PAIR if fault.name != "SLOT_COMMIT_WITHOUT_PEER" else ROW, Lookahead.NONE))
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(config=ROW, fault="expect_tx_of_one_cta"), "needs a 2-CTA pair"),
+    (dict(config=ONE, fault="slot_commit_without_peer"), "needs a cluster of more than one CTA"),
+    (dict(config=ONE, stages=0), "stages must be a positive int"),
+])
+def test_cluster_spec_rejects_what_cannot_be_modelled(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        cluster(**kwargs)
+
+
+# -- tensor memory per SM: co-resident clusters --------------------------------------------
+
+def unchecked(**config) -> cfg.KernelSpec:
+    """A kernel spec built without make_spec's check of tensor memory per SM."""
+    return cfg.KernelSpec("sm100", "bf16", "bf16", "k", "k", "n", GemmConfig(**config))
+
+
+def test_two_clusters_sharing_sms_that_each_take_an_sms_tensor_memory_deadlock():
+    # GemmConfig(cluster_m=2, stages=2): two CTAs fit an SM's shared memory, each
+    # allocates 512 columns. With the other cluster's CTAs on the same two SMs, one
+    # CTA of each cluster gets its SM's columns; the others wait for them, and CTA 1's
+    # MMA, which releases CTA 0's slots too, never starts: CTA 0 never finishes either.
+    spec = ClusterSpec(unchecked(cluster_m=2, stages=2, lookahead="none"), stages=1, tiles=1, k_blocks=2, acc_stages=1)
+    assert spec.residency.clusters == 2 and spec.residency.columns == 512
+    result = explore_exhaustively(spec)
+    assert result.complete and Violation.DEADLOCK in result.kinds
+    message = result.findings[Violation.DEADLOCK].message
+    assert "tcgen05.alloc 512 columns on SM" in message and "(cluster 1) blocked at" in message
+    # Alone on its SMs the same cluster finishes.
+    assert_proved_safe(ClusterSpec(spec.kernel, stages=1, tiles=1, k_blocks=2, acc_stages=1, co_resident=False))
+
+
+def test_co_resident_ctas_whose_columns_fit_side_by_side_are_safe():
+    spec = cluster(dict(tile_n=128, stages=2), stages=2, tiles=2, k_blocks=1)
+    assert (spec.residency.clusters, spec.residency.columns) == (2, 256)
+    assert_proved_safe(spec)
