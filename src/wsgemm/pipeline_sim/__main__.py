@@ -1,6 +1,7 @@
 """``python -m wsgemm.pipeline_sim``: check both kernels' pipelines under every look-ahead
-policy, show that planted bugs are caught, and print (optionally draw) the timeline
-model. Runs on any machine in about 30 seconds (``--quick``: about 8)."""
+policy, one CTA and whole SM100 clusters, show that planted bugs are caught under each
+policy, and print (optionally draw) the timeline model. Runs on any machine in about a
+minute (``--quick``: about 15 seconds)."""
 
 from __future__ import annotations
 
@@ -9,8 +10,10 @@ import sys
 import time
 from pathlib import Path
 
-from ..config import Lookahead
+from .. import config as cfg
+from ..config import GemmConfig, Lookahead
 from .checker import explore_exhaustively, explore_randomly
+from .cluster import ClusterFault, ClusterSpec
 from .machine import Violation
 from .spec import Fault, PipelineSpec, Structure, fault_applies
 from .timeline import Latencies, compare_policies, draw_gantt, format_report, timeline_spec
@@ -87,26 +90,84 @@ def check_policies(quick: bool) -> bool:
 
 
 def check_faults() -> bool:
-    print("\n2. Planted bugs (smallest spec that exposes each; every policy)")
-    print(f"   {'structure':13} {'fault':24} {'expected':24} found")
+    print("\n2. Planted bugs (smallest spec that exposes each), caught under each policy?")
+    print(f"   {'structure':13} {'fault':24} {'expected':24} " + " ".join(f"{p.value:12}" for p in Lookahead))
     ok = True
     for structure in Structure:
         for fault in Fault:
             if not fault_applies(fault, structure):
                 continue
-            found: set[Violation] = set()
-            example = ""
-            for policy in Lookahead:
-                result = explore_exhaustively(fault_spec(structure, fault, policy))
-                found |= result.kinds
-                if EXPECTED[fault] in result.findings and not example:
-                    example = result.findings[EXPECTED[fault]].message
-            caught = EXPECTED[fault] in found
-            ok &= caught
-            names = ", ".join(sorted(k.value for k in found))
-            print(f"   {structure.value:13} {fault.value:24} {EXPECTED[fault].value:24} "
-                  f"{'yes' if caught else 'NO'} ({names})")
-            print(f"   {'':13} e.g. {_shorten(example, 110)}")
+            ok &= _report_fault(structure.value, fault.value, EXPECTED[fault],
+                                [explore_exhaustively(fault_spec(structure, fault, policy)) for policy in Lookahead])
+    return ok
+
+
+def _report_fault(where: str, fault: str, expected: Violation, results) -> bool:
+    """One row: whether each policy's result has the expected finding (else what it has)."""
+    cells = []
+    for result in results:
+        found = "yes" if expected in result.kinds else "NO: " + (
+            ", ".join(sorted(k.value for k in result.kinds)) or "nothing")
+        cells.append(f"{found:12}")
+    print(f"   {where:13} {fault:24} {expected.value:24} " + " ".join(cells))
+    example = next((r.findings[expected].message for r in results if expected in r.findings), "")
+    print(f"   {'':13} e.g. {_shorten(example, 110)}")
+    return all(expected in r.kinds for r in results)
+
+
+# Clusters checked over every interleaving (config, stages, tiles, k-blocks), and
+# larger ones over random schedules.
+CLUSTER_SIZES = [
+    (dict(), 2, 2, 2),
+    (dict(cluster_m=2), 1, 1, 2),
+    (dict(cluster_m=2, two_cta=True), 1, 2, 2),
+    (dict(cluster_m=2, two_cta=True), 2, 1, 2),
+]
+RANDOM_CLUSTERS = [dict(cluster_m=4, cluster_n=2), dict(cluster_m=4, cluster_n=2, two_cta=True)]
+CLUSTER_EXPECTED = {
+    ClusterFault.SLOT_COMMIT_WITHOUT_PEER: Violation.DEADLOCK,
+    ClusterFault.ACC_COMMIT_WITHOUT_PEER: Violation.DEADLOCK,
+    ClusterFault.EXPECT_TX_OF_ONE_CTA: Violation.READ_BEFORE_LANDED,
+    ClusterFault.DEALLOC_BEFORE_PEER_READ: Violation.TMEM_NOT_HELD,
+    ClusterFault.DROPS_PRODUCER_TAIL: Violation.AFTER_EXIT,
+}
+
+
+def _cluster(config: dict, policy: Lookahead, stages=1, tiles=2, k_blocks=1, **kwargs) -> ClusterSpec:
+    return ClusterSpec.of(GemmConfig(**config, lookahead=policy), stages=stages, tiles=tiles, k_blocks=k_blocks,
+                          acc_stages=1, **kwargs)
+
+
+def check_clusters(quick: bool) -> bool:
+    print("\n3. SM100 clusters: multicast, 2-CTA pairs, tensor memory per SM (one accumulator buffer)")
+    ok = True
+    for config, stages, tiles, k_blocks in CLUSTER_SIZES[:2] if quick else CLUSTER_SIZES:
+        policies = [Lookahead.BEFORE_COPY] if quick else list(Lookahead)
+        results = [explore_exhaustively(_cluster(config, p, stages, tiles, k_blocks)) for p in policies]
+        safe = all(r.safe and r.complete for r in results)
+        ok &= safe
+        name = results[0].spec.short().split(" s")[0]
+        print(f"   {name:28} {stages}x{tiles}x{k_blocks}: {'safe' if safe else 'VIOLATION'} under "
+              f"{len(policies)} polic{'ies' if len(policies) > 1 else 'y'}, {sum(r.states for r in results)} states")
+    for config in RANDOM_CLUSTERS:
+        result = explore_randomly(_cluster(config, Lookahead.BEFORE_COPY, 2, 2, 2), runs=5 if quick else 50)
+        ok &= result.safe
+        print(f"   {result.spec.short().split(' s')[0]:28} 2x2x2: {'safe' if result.safe else 'VIOLATION'} "
+              f"in {result.completed_runs} random schedules")
+    print(f"   {'structure':13} {'fault':24} {'expected':24} " + " ".join(f"{p.value:12}" for p in Lookahead))
+    for fault, expected in CLUSTER_EXPECTED.items():
+        config = dict(cluster_m=2, two_cta=True)
+        ok &= _report_fault("pair 2x1", fault.value, expected,
+                            [explore_exhaustively(_cluster(config, p, fault=fault)) for p in Lookahead])
+    # Two clusters on the same two SMs, each CTA allocating all 512 columns (the config
+    # make_spec refuses): one CTA of each cluster gets an SM's columns, and neither
+    # cluster can finish.
+    unchecked = cfg.KernelSpec("sm100", "bf16", "bf16", "k", "k", "n",
+                               GemmConfig(cluster_m=2, stages=2, lookahead=Lookahead.NONE))
+    result = explore_exhaustively(ClusterSpec(unchecked, stages=1, tiles=1, k_blocks=2, acc_stages=1))
+    ok &= Violation.DEADLOCK in result.kinds
+    print(f"   co-resident: GemmConfig(cluster_m=2, stages=2) unchecked: "
+          f"{'deadlock caught' if Violation.DEADLOCK in result.kinds else 'NOT CAUGHT'} ({result.states} states)")
     return ok
 
 
@@ -115,7 +176,7 @@ def _shorten(text: str, width: int) -> str:
 
 
 def show_timelines(png_dir: Path | None) -> None:
-    print("\n3. Timeline MODEL (H200 latencies, measured or assumed; not a measurement)")
+    print("\n4. Timeline MODEL (H200 latencies, measured or assumed; not a measurement)")
     for structure in Structure:
         spec = timeline_spec(structure)
         print(f"\n   {structure.value}: {spec.stages} stages, {spec.tiles} tiles of {spec.k_blocks} k-blocks")
@@ -140,6 +201,7 @@ def main(argv=None) -> int:
     start = time.perf_counter()
     ok = check_policies(args.quick)
     ok &= check_faults()
+    ok &= check_clusters(args.quick)
     show_timelines(args.png_dir)
     print(f"\n{'all checks passed' if ok else 'SOME CHECKS FAILED'} in {time.perf_counter() - start:.1f} s")
     return 0 if ok else 1
