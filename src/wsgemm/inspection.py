@@ -261,6 +261,34 @@ def loop_blocks(ptx: str) -> list[str]:
     return re.split(r"\n(?=\$L__BB\d+_\d+:)", ptx)
 
 
+def ptx_loop_around(ptx: str, pattern: str) -> list[str] | None:
+    """The lines of the loop around every line matching ``pattern``: from the label that
+    the first branch after the last match jumps back to, to that branch (None: no
+    match, or no such loop)."""
+    lines = ptx.splitlines()
+    hits = [i for i, line in enumerate(lines) if re.search(pattern, line)]
+    if not hits:
+        return None
+    loop = _back_edge(lines, hits[0], hits[-1], reach=len(lines))
+    return lines[loop[0]:loop[1] + 1] if loop else None
+
+
+def releases_before_their_guard(lines: list[str], issue: str, guard: str, release: str) -> list[str]:
+    """The ``release`` lines among ``lines`` that follow an ``issue`` line with no
+    ``guard`` line in between, in program order: an mbarrier arrive that would hand
+    a buffer back while the asynchronous instructions reading it may still run (e.g.
+    issue ``wgmma.mma_async``, guard ``wgmma.wait_group``, release ``mbarrier.arrive``)."""
+    unguarded, pending = [], False
+    for line in lines:
+        if re.search(issue, line):
+            pending = True
+        elif re.search(guard, line):
+            pending = False
+        elif re.search(release, line) and pending:
+            unguarded.append(line.strip())
+    return unguarded
+
+
 def producer_probe_precedes_copies(ptx: str) -> bool:
     """True if some basic block issues a non-blocking ``mbarrier.try_wait`` (the
     look-ahead probe, the predicate form without a retry loop) before the TMA load
@@ -303,11 +331,12 @@ def _label_of(line: str) -> str | None:
     return match.group(1) if match else None
 
 
-def _back_edge(lines: list[str], first: int, last: int) -> tuple[int, int] | None:
-    """(loop head line, branch line) of the first branch after ``last`` that jumps
-    back to a label at or before ``first``: the k-loop around the copies."""
+def _back_edge(lines: list[str], first: int, last: int, reach: int = 80) -> tuple[int, int] | None:
+    """(loop head line, branch line) of the first branch within ``reach`` lines after
+    ``last`` that jumps back to a label at or before ``first``: the k-loop around the
+    copies."""
     labels = {_label_of(line): i for i, line in enumerate(lines) if _label_of(line)}
-    for i in range(last, min(len(lines), last + 80)):
+    for i in range(last, min(len(lines), last + reach)):
         target = re.search(r"\bbra(?:\.uni)?\s+\(?`?\(?(\$?[.\w]+)|\bBRA\S*\s+(?:U?P\w+,\s*)?`\((\.?\w+)\)", lines[i])
         if target:
             label = target.group(1) or target.group(2)

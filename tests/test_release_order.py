@@ -1,0 +1,89 @@
+"""Each kernel hands a buffer back only after the instruction that makes that safe, in
+the PTX the compiler emitted (no GPU): the SM90 consumer arrives on ``empty[s]`` after
+``wgmma.wait_group``; the SM100 MMA warp releases its slot with a ``tcgen05.commit``
+issued after the MMAs that read it; the SM100 epilogue arrives on ``acc_empty`` after
+``tcgen05.wait::ld``. The pipeline model assumes these orders (its releases happen when
+the reads are done); these checks tie the model to the code. Moving a release in
+front of its guard makes them fail, as the second half shows on edited PTX."""
+
+import re
+
+import pytest
+
+from wsgemm import GemmConfig
+from wsgemm import config as cfg
+from wsgemm.compile import compile_spec
+from wsgemm.inspection import ptx_loop_around, releases_before_their_guard
+
+ARRIVE = r"mbarrier\.arrive(?!\.expect_tx)"  # a plain arrive (the producer's announce excluded)
+WGMMA, WGMMA_WAIT = r"wgmma\.mma_async", r"wgmma\.wait_group"
+TC_MMA, TC_COMMIT = r"tcgen05\.mma\.", r"tcgen05\.commit\."
+TC_LD, TC_WAIT_LD = r"tcgen05\.ld\.", r"tcgen05\.wait::ld"
+
+
+@pytest.fixture(scope="module")
+def sm90_ptx():
+    return compile_spec(cfg.make_spec("sm90", "bf16", "bf16", "k", "k", "n", GemmConfig()), keep_artifacts=True).ptx
+
+
+@pytest.fixture(scope="module")
+def sm100_ptx():
+    return compile_spec(cfg.make_spec("sm100", "bf16", "bf16", "k", "k", "n", GemmConfig()), keep_artifacts=True).ptx
+
+
+def sm90_consumer_releases_after_wait(ptx: str) -> bool:
+    loop = ptx_loop_around(ptx, WGMMA)
+    releases = [line for line in loop if re.search(ARRIVE, line)]
+    return bool(releases) and not releases_before_their_guard(loop, WGMMA, WGMMA_WAIT, ARRIVE)
+
+
+def sm100_slot_commits_follow_the_mmas(ptx: str) -> bool:
+    loop = ptx_loop_around(ptx, TC_MMA)
+    mmas = [i for i, line in enumerate(loop) if re.search(TC_MMA, line)]
+    commits = [i for i, line in enumerate(loop) if re.search(TC_COMMIT, line)]
+    return bool(mmas and commits) and min(commits) > max(mmas)
+
+
+def sm100_epilogue_releases_after_wait_ld(ptx: str) -> bool:
+    loop = ptx_loop_around(ptx, TC_LD)
+    releases = [line for line in loop if re.search(ARRIVE, line)]
+    return bool(releases) and not releases_before_their_guard(loop, TC_LD, TC_WAIT_LD, ARRIVE)
+
+
+def test_every_release_follows_the_instruction_that_makes_it_safe(sm90_ptx, sm100_ptx):
+    assert sm90_consumer_releases_after_wait(sm90_ptx)
+    assert sm100_slot_commits_follow_the_mmas(sm100_ptx)
+    assert sm100_epilogue_releases_after_wait_ld(sm100_ptx)
+
+
+# -- a release moved in front of its guard fails ------------------------------------------
+
+def move_line(ptx: str, moved: str, before: str) -> str:
+    """``ptx`` with the first line matching ``moved`` taken out and put back in front of
+    the first line matching ``before``: what moving that one call in the kernel source
+    would do to the PTX."""
+    lines = ptx.splitlines()
+    index = next(i for i, line in enumerate(lines) if re.search(moved, line))
+    line = lines.pop(index)
+    target = next(i for i, other in enumerate(lines) if re.search(before, other))
+    lines.insert(target, line)
+    return "\n".join(lines)
+
+
+def test_an_sm90_release_before_wait_group_fails(sm90_ptx):
+    # The consumer's arrive on empty[s] right after commit_group, before wait_group.
+    loop = "\n".join(ptx_loop_around(sm90_ptx, WGMMA))
+    moved = move_line(loop, ARRIVE, WGMMA_WAIT)
+    assert not sm90_consumer_releases_after_wait(moved)
+
+
+def test_an_sm100_slot_commit_before_the_mmas_fails(sm100_ptx):
+    loop = "\n".join(ptx_loop_around(sm100_ptx, TC_MMA))
+    moved = move_line(loop, TC_COMMIT, TC_MMA)
+    assert not sm100_slot_commits_follow_the_mmas(moved)
+
+
+def test_an_sm100_accumulator_release_before_wait_ld_fails(sm100_ptx):
+    loop = "\n".join(ptx_loop_around(sm100_ptx, TC_LD))
+    moved = move_line(loop, ARRIVE, TC_WAIT_LD)
+    assert not sm100_epilogue_releases_after_wait_ld(moved)
