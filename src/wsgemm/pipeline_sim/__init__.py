@@ -8,9 +8,13 @@
 * :mod:`.machine`, :mod:`.checker` -- every interleaving of those roles and of the
   asynchronous hardware (TMA bytes landing, MMAs completing), checked for deadlock,
   overwritten or early-read stages and accumulators, and tiles stored exactly once.
-* :mod:`.residency` -- what the one-CTA model leaves out: clusters sharing SMs, whose
-  CTAs allocate tensor memory from each SM's one pool; every order of allocations,
-  checked for the deadlock of two clusters each holding one SM's columns.
+* :mod:`.cluster` -- the SM100 kernel's roles over a whole cluster and a 2-CTA pair:
+  multicast copies, remote arrivals, the leader's expect_tx of both CTAs' bytes,
+  tensor memory allocated per SM, co-resident clusters and CTA exit, checked by the
+  same machine and checker.
+* :mod:`.residency` -- clusters sharing SMs reduced to their tensor-memory allocations:
+  every order of allocations, checked for the deadlock of two clusters each holding
+  one SM's columns.
 * :mod:`.timeline` -- a discrete-event simulation under assumed latencies, with a
   Gantt chart per look-ahead policy. A model, not a measurement.
 
@@ -19,6 +23,7 @@ explains what it proves and what it assumes.
 """
 
 from .checker import CheckResult, Finding, explore_exhaustively, explore_randomly
+from .cluster import ClusterFault, ClusterSpec, build_cluster
 from .machine import Machine, ProtocolViolation, Violation
 from .mbarrier import EarlyArrivalError, Mbarrier, MbarrierError, OverArrivalError, WouldBlock
 from .roles import KernelModel, build_kernel
@@ -35,6 +40,8 @@ from .timeline import (
 
 __all__ = [
     "CheckResult",
+    "ClusterFault",
+    "ClusterSpec",
     "EarlyArrivalError",
     "Fault",
     "Finding",
@@ -50,6 +57,7 @@ __all__ = [
     "Timeline",
     "Violation",
     "WouldBlock",
+    "build_cluster",
     "build_kernel",
     "compare_policies",
     "draw_gantt",
