@@ -27,6 +27,8 @@ BENCH_DIR = ROOT / "benchmarks"
 USER_SCRIPTS = ("suite", "plot", "bench_overhead", "bench_compile")
 MAINT_TOOLS = ("sweep_configs", "tune", "tuned_table", "sustained", "retune_sustained", "baseline", "kernel_timeline",
                "ncu_kernels", "ncu_summary", "model_regret", "plan_diff", "result_files")
+# Measurements of the hardware the kernels rely on, each a script with its CUDA source beside it.
+PROBES = ("trywait_probe",)
 STUDIES = ("back_to_back_kernels", "bench_compiled_decode", "bench_lookahead", "clock_throttle", "deep_k_blocks",
            "hbm_ceiling", "trywait_microbench")
 
@@ -38,7 +40,7 @@ def test_every_script_is_a_module_of_one_of_three_kinds():
     """User scripts and their library modules at the top, maintainer tools in maint/,
     studies in studies/; none edits sys.path (they import benchmarks.harness)."""
     top = {p.stem for p in BENCH_DIR.glob("*.py")} - {"__init__"}
-    assert top == {*USER_SCRIPTS, "harness", "shapes", "triton_matmul"}
+    assert top == {*USER_SCRIPTS, *PROBES, "harness", "shapes", "triton_matmul"}
     assert {p.stem for p in (BENCH_DIR / "maint").glob("*.py")} - {"__init__"} == set(MAINT_TOOLS)
     assert {p.stem for p in (BENCH_DIR / "studies").glob("*.py")} - {"__init__"} == set(STUDIES)
     edits = [f"{p.relative_to(ROOT)}:{n}" for p in BENCH_DIR.rglob("*.py")
@@ -49,7 +51,7 @@ def test_every_script_is_a_module_of_one_of_three_kinds():
 def test_each_user_script_and_maintainer_tool_answers_help_from_the_repository_root():
     """``python -m benchmarks.<script> --help`` and ``python -m benchmarks.maint.<tool>
     --help``, all in one fresh process started in the repository root."""
-    modules = [f"benchmarks.{m}" for m in USER_SCRIPTS] + [f"benchmarks.maint.{m}" for m in MAINT_TOOLS]
+    modules = [f"benchmarks.{m}" for m in (*USER_SCRIPTS, *PROBES)] + [f"benchmarks.maint.{m}" for m in MAINT_TOOLS]
     code = ("import runpy, sys\n"
             f"for module in {modules!r}:\n"
             "    sys.argv = [module, '--help']\n"
