@@ -44,6 +44,9 @@ enum Form : int {
   PRED_STORE = 2,   // try_wait, then a shared-memory store predicated on it (the old benchmark)
   TEST_WAIT = 3,    // test_wait (never suspends), then selp
   COMPLETE = 4,     // try_wait on a phase that has completed, then selp
+  UNREAD = 5,       // try_wait alone; its predicate is read after the second clock read
+  UNREAD_BULK = 6,  // lane 0: try_wait, then a bulk copy's issue; the predicate read after
+  BULK_ALONE = 7,   // lane 0: the bulk copy's issue alone (the reference for UNREAD_BULK)
 };
 
 // The old benchmark's conditions, one bit each.
@@ -185,6 +188,25 @@ __device__ __forceinline__ uint32_t try_wait_untimed(uint32_t bar, uint32_t pari
   return r;
 }
 
+// Timed: try_wait, then a bulk copy's issue; the answer is selected after the second
+// clock read (ptxas schedules a select ahead of the clock read when it can).
+__device__ __forceinline__ long long timed_try_wait_then_bulk_copy(uint32_t bar, uint32_t parity, uint32_t dst,
+                                                                   const void* src, uint32_t bulk, uint32_t bytes,
+                                                                   uint32_t& out) {
+  long long c0, c1;
+  asm volatile(
+      "{\n .reg .pred p;\n mov.u64 %0, %%clock64;\n"
+      " mbarrier.try_wait.parity.shared::cta.b64 p, [%3], %4;\n"
+      " mbarrier.arrive.expect_tx.shared::cta.b64 _, [%7], %8;\n"
+      " cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%5], [%6], %8, [%7];\n"
+      " mov.u64 %1, %%clock64;\n"
+      " selp.u32 %2, 1, 0, p;\n}\n"
+      : "=l"(c0), "=l"(c1), "=r"(out)
+      : "r"(bar), "r"(parity), "r"(dst), "l"(src), "r"(bulk), "r"(bytes)
+      : "memory");
+  return c1 - c0;
+}
+
 __device__ __forceinline__ void bulk_copy(uint32_t dst, const void* src, uint32_t bar, uint32_t bytes) {
   asm volatile(
       "mbarrier.arrive.expect_tx.shared::cta.b64 _, [%2], %3;\n"
@@ -241,7 +263,24 @@ __global__ void __launch_bounds__(32) probe_kernel(Output out, int reps, long lo
     else if (FORM == HINTED_SELP) c = timed_hinted_selp(pending, 0, hint, scratch, answer);
     else if (FORM == PRED_STORE) c = timed_pred_store(pending, 0, flag);
     else if (FORM == TEST_WAIT) c = timed_test_wait(pending, 0, scratch, answer);
-    else c = timed_selp(done, 0, scratch, answer);
+    else if (FORM == COMPLETE) c = timed_selp(done, 0, scratch, answer);
+    else if (FORM == UNREAD) {
+      long long c0 = clock64_read();
+      answer = try_wait_untimed(pending, 0);
+      c = clock64_read() - c0;
+    } else if (lane0) {  // UNREAD_BULK, BULK_ALONE: one thread issues the copy, as a producer does
+      if (FORM == UNREAD_BULK) {
+        c = timed_try_wait_then_bulk_copy(pending, 0, smem(dst), src, bulk, BULK_BYTES, answer);
+      } else {
+        long long c0 = clock64_read();
+        bulk_copy(smem(dst), src, bulk, BULK_BYTES);
+        c = clock64_read() - c0;
+      }
+      mbar_wait(bulk, bulk_phase);
+      bulk_phase ^= 1;
+    } else {
+      c = 0;
+    }
     long long g1 = (FLAGS & GLOBALTIMER) ? globaltimer_read() : 0;
     last_end = clock64_read();
     sink += answer;
@@ -492,6 +531,10 @@ int main(int argc, char** argv) {
   // References: a phase that completed, and test_wait on the pending phase.
   run_case<COMPLETE, 0>("complete phase, selp", b, reps);
   run_case<TEST_WAIT, 0>("test_wait, selp", b, reps);
+  // Does the warp stop at the probe, or only where its answer is read?
+  run_case<UNREAD, 0>("unhinted, predicate read after the clock read", b, reps);
+  run_case<BULK_ALONE, 0>("lane 0: cp.async.bulk issue alone", b, reps);
+  run_case<UNREAD_BULK, 0>("lane 0: unhinted try_wait, then cp.async.bulk issue", b, reps);
 
   // The old benchmark's conditions: all of them, one added to the clean probe, one removed.
   run_case<PRED_STORE, OLD_ALL>("old setup", b, reps);

@@ -10,6 +10,10 @@ expires. This probe measures, on one warp with ``%clock64`` (SM cycles):
   spaced 200, 2,000 and 20,000 cycles apart; the same with the predicated shared
   store that ``benchmarks/studies/trywait_microbench.py`` reads the predicate with;
 * references: ``try_wait`` on a completed phase, ``test_wait`` on the pending one;
+* whether the warp stops at the probe or only where its answer is read: the pending
+  probe with its predicate read after the second clock read, alone and followed by a
+  bulk copy's issue (one thread, as a producer issues its copies), beside the copy's
+  issue alone;
 * a loop of unhinted ``try_wait`` (and of the 10 ms-hinted blocking form) ended by
   another warp's arrival: cycles from the arrival to the end of the loop, and how
   many ``try_wait`` it took;

@@ -61,25 +61,49 @@ def test_the_report_has_each_cases_cycles_statistics_and_the_measured_clock():
     assert "try_waits per loop 1" in text and "0_ns: 308" in text
 
 
-@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed")
-def test_each_timed_probe_answer_is_consumed_before_the_second_clock_read(tmp_path):
-    """In the SASS of the clean unhinted, hinted and predicated-store cases, the
-    instruction that reads the probe's predicate (a SEL and its store, or the
-    predicated store) sits between the TRYWAIT and the closing clock read, so the
-    clock read cannot issue before the answer is there."""
+@pytest.fixture(scope="module")
+def probe_sass(tmp_path_factory):
+    """The probe kernels' SASS: {form number: instructions of the clean case}."""
+    if shutil.which("nvcc") is None:
+        pytest.skip("nvcc not installed")
     nvdisasm = find_nvdisasm()
     if nvdisasm is None:
         pytest.skip("nvdisasm not installed (pip install -e '.[sass]')")
-    cubin = tmp_path / "probe.cubin"
+    cubin = tmp_path_factory.mktemp("probe") / "probe.cubin"
     subprocess.run(["nvcc", "-O3", "-std=c++17", "-arch=sm_90a", "-cubin", "-o", str(cubin), str(probe.SOURCE)],
                    check=True, capture_output=True)
     sass = subprocess.run([nvdisasm, "-c", str(cubin)], check=True, capture_output=True, text=True).stdout
-    kernels = dict(re.findall(r"\n\.text\.(_Z12probe_kernelILi\d+ELj\d+E\w+):\n(.*?)(?=\n\.text\.|\Z)", sass, re.S))
-    for form, consumer in ((0, r"SEL .*P\d"), (1, r"SEL .*P\d"), (2, r"@P\d STS")):
-        body = next(text for name, text in kernels.items() if name.startswith(f"_Z12probe_kernelILi{form}ELj0E"))
-        instructions = re.findall(r"/\*[0-9a-f]{4}\*/\s+([^;]*);", body)
-        start = next(i for i, ins in enumerate(instructions) if "TRYWAIT" in ins)
-        end = next(i for i in range(start, len(instructions)) if "SR_CLOCKLO" in instructions[i])
-        region = instructions[start:end]
-        assert any(re.search(consumer, ins) for ins in region), (form, region)
-        assert "STS" in " ".join(region), (form, region)
+    kernels = re.findall(r"\n\.text\._Z12probe_kernelILi(\d+)ELj0E\w+:\n(.*?)(?=\n\.text\.|\Z)", sass, re.S)
+    return {int(form): [ins.strip() for ins in re.findall(r"/\*[0-9a-f]{4}\*/\s+([^;]*);", body)]
+            for form, body in kernels}
+
+
+def timed_region(instructions: list[str]) -> list[str]:
+    """From the probe's TRYWAIT to the next clock read."""
+    start = next(i for i, ins in enumerate(instructions) if "TRYWAIT" in ins)
+    end = next(i for i in range(start, len(instructions)) if "SR_CLOCKLO" in instructions[i])
+    return instructions[start:end]
+
+
+def reads_predicate(instruction: str, predicate: str) -> bool:
+    return bool(re.match(rf"@!?{predicate}\b", instruction) or re.search(rf"SEL .*!?{predicate}$", instruction))
+
+
+@pytest.mark.parametrize("form", [0, 1, 2], ids=["selp", "hinted selp", "predicated store"])
+def test_a_timed_answer_is_read_before_the_closing_clock_read(probe_sass, form):
+    """The instruction that reads the probe's predicate (a SEL and the store of its
+    value, or the predicated store) sits between the TRYWAIT and the closing clock
+    read, so the clock read cannot issue before the answer is there."""
+    region = timed_region(probe_sass[form])
+    predicate = re.search(r"TRYWAIT (P\d)", region[0]).group(1)
+    assert any(reads_predicate(ins, predicate) for ins in region[1:]), region
+    assert any(ins.startswith(("STS", "@P", "@!P")) and "STS" in ins for ins in region), region
+
+
+@pytest.mark.parametrize("form", [5, 6], ids=["alone", "then a bulk copy"])
+def test_an_unread_answer_is_read_only_after_the_closing_clock_read(probe_sass, form):
+    region = timed_region(probe_sass[form])
+    predicate = re.search(r"TRYWAIT (P\d)", region[0]).group(1)
+    assert not any(reads_predicate(ins, predicate) for ins in region[1:]), region
+    if form == 6:
+        assert any(ins.startswith("UBLKCP") for ins in region), region
