@@ -6,7 +6,9 @@ checker says no: all three placements (before the copies, after them, none) are
 safe in every interleaving, because a probe's answer is only a hint. A planted bug
 (trusting a "not ready" answer) is caught. The timeline model then shows what the
 placement can change -- the producer's reaction time -- and that with the probe
-behaviour measured on an H200 it barely matters.
+behaviour measured on H100 and H200 (docs/producer-lookahead.md, part 2) it barely
+matters: the warp keeps issuing after a probe and waits only where it reads the
+answer. Last, what the early probe would cost if the warp stopped at the probe itself.
 
 Needs: any machine (CPU model, no GPU); matplotlib for the charts (optional).
 Run:   python examples/02_producer_lookahead.py [OUT_DIR]   (charts: a temp dir by default)
@@ -54,10 +56,11 @@ spec = timeline_spec(Structure.SM90)
 timelines = compare_policies(spec)
 print("   " + format_report(timelines).replace("\n", "\n   "))
 print("\n   What if a probe that finds its phase pending stopped the warp (the literal reading")
-print("   of PTX; the H200 microbenchmark says it does not), for up to LIMIT us?")
-for limit in (0.1, 0.5, 1.0):
+print("   of PTX; measured, it does not), for up to LIMIT us? The last LIMIT is the measured")
+print("   time limit of an unhinted try_wait (Latencies.try_wait_limit_us).")
+for limit in (0.1, 0.5, 1.0, Latencies().try_wait_limit_us):
     before, after, none = compare_policies(spec, Latencies(probe_blocks_issue=True, try_wait_limit_us=limit))
-    print(f"   LIMIT {limit:3} us: before_copy {before.makespan_us:6.2f} us, after_copy "
+    print(f"   LIMIT {limit:4} us: before_copy {before.makespan_us:6.2f} us, after_copy "
           f"{after.makespan_us:6.2f} us, none {none.makespan_us:6.2f} us "
           f"(refill latency {before.mean_refill_latency_us:.2f} vs {after.mean_refill_latency_us:.2f} us)")
 

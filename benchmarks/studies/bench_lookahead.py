@@ -11,8 +11,8 @@ depths?
 runs' spread); at 2 stages the early probe was the slower one by 1-2 %.
 
 **Conclusion.** The placement does not matter on the H200: a ``try_wait`` without a
-time hint does not stall the warp (``benchmarks/studies/trywait_microbench.py``), and
-every placement is correct. ``before_copy`` (CUTLASS's order) stays the default.
+time hint lets the warp go on issuing and only the read of its answer waits
+(``benchmarks/trywait_probe.py``), and every placement is correct. ``before_copy`` (CUTLASS's order) stays the default.
 Tuning log: docs/tuning-log/lookahead.md; the whole answer: docs/producer-lookahead.md.
 
 What it measures: for each shape, every (policy, stage count) variant is compiled,

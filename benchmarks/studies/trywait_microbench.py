@@ -7,16 +7,19 @@ independent work issued after it?
 
 **Run** 2026-11-29 on an H200 (``results/trywait_microbench.md``).
 
-**Result.** Without a time hint a ``try_wait`` answers in ~50 cycles whether or not the
-phase completed (51 pending, 50 complete), and the warp keeps issuing: a pending probe
-whose predicate is not read costs 3 cycles, a shared-memory load after it 26 cycles
-(24 alone), a bulk copy's issue 19 (14 alone). With a ``suspendTimeHint`` the warp
-sleeps (308 cycles at 0 ns, ~14,000 at 10 us).
+**Result.** In this kernel's setup a pending ``try_wait`` without a time hint answered
+in ~50 cycles (51 pending, 50 complete; maximum 7,773), and the warp kept issuing: a
+pending probe whose predicate is not read costs 3 cycles, a shared-memory load after it
+26 cycles (24 alone), a bulk copy's issue 19 (14 alone). With a ``suspendTimeHint`` the
+warp slept (308 cycles at 0 ns, ~14,000 at 10 us).
 
-**Conclusion.** On the H200 the probe does not stall the warp, so where it sits in the
-producer's loop barely matters (``benchmarks/studies/bench_lookahead.py`` measured
-0-3 %); ``before_copy`` stays. Tuning log: docs/tuning-log/lookahead.md; the whole
-answer: docs/producer-lookahead.md.
+**Conclusion.** The ~50-cycle answer holds in this setup only: its pending barrier has
+count 2 with one arrival, and its loop orders other probes and waits around the timed
+one. On a clean pending barrier the answer waits for the phase, up to a time limit of
+~7,770 cycles; ``benchmarks/trywait_probe.py`` measures both and varies this setup's
+conditions one at a time. Where the probe sits in the producer's loop barely matters
+(``benchmarks/studies/bench_lookahead.py``: 0-3 %); ``before_copy`` stays. Tuning log:
+docs/tuning-log/lookahead.md; the whole answer: docs/producer-lookahead.md.
 
 PTX says ``try_wait`` "causes the executing thread to wait until the specified phase
 completes or a system-dependent time limit expires" and that it is a "potentially

@@ -65,10 +65,10 @@ class Latencies:
     mma_us_per_kblock: float = 0.56
     # MEASURED: try_wait on a completed phase, answer used at once: 50 cycles.
     probe_us: float = 0.025
-    # MEASURED: try_wait on a pending phase without a suspendTimeHint (what the
-    # kernels issue) answers false after 51 cycles (median): on an H200 the
-    # "system-dependent time limit" is about one probe latency.
-    try_wait_limit_us: float = 0.026
+    # MEASURED (benchmarks/results/trywait_probe_*.json, H100 and H200): try_wait on
+    # a pending phase without a suspendTimeHint (what the kernels issue) answers
+    # false after ~7,770 cycles, 3.9 us at 1.98 GHz, unless the phase completes first.
+    try_wait_limit_us: float = 3.92
     # MEASURED: a pending try_wait whose answer is not used yet costs the warp 3
     # cycles, and an ld.shared or cp.async.bulk issued after it is not delayed: the
     # warp only waits where the answer is read. True models the literal reading of

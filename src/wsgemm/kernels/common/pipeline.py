@@ -103,10 +103,13 @@ class SmemRing:
     # -- producer side ----------------------------------------------------------------
 
     def producer_try_acquire(self, slot, parity) -> Boolean:
-        """Probe, without blocking for long, whether ``slot`` may be refilled.
+        """Probe whether ``slot`` may be refilled, without stopping the warp.
 
-        ``mbarrier.try_wait`` returns true if the phase completed, else false after a
-        hardware time limit; the answer is a token for :meth:`producer_acquire`.
+        ``mbarrier.try_wait`` arms the hardware's wait on ``empty[slot]`` and the warp
+        goes on issuing; its answer, the token for :meth:`producer_acquire`, is
+        written when the phase completes (true, shortly after the release) or when a
+        time limit of a few microseconds runs out (false), and the instruction that
+        first reads it waits until then (docs/producer-lookahead.md, part 2).
         ``parity``: ``stages.empty_wait_parity`` of the hand-over's count.
         """
         return cute.arch.mbarrier_try_wait(self.empty_base + slot, parity)
