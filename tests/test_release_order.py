@@ -56,6 +56,18 @@ def test_every_release_follows_the_instruction_that_makes_it_safe(sm90_ptx, sm10
     assert sm100_epilogue_releases_after_wait_ld(sm100_ptx)
 
 
+TMA_STORE = r"cp\.async\.bulk\.tensor\S*global\.shared"
+
+
+def test_the_accumulator_is_released_after_its_last_load_before_its_last_store(sm100_ptx):
+    # As CUTLASS's epilogue: the MMA warp may refill the buffer while the last
+    # sub-tile is still being converted and stored.
+    loop = ptx_loop_around(sm100_ptx, TC_LD)
+    last = {name: max(i for i, line in enumerate(loop) if re.search(pattern, line))
+            for name, pattern in (("load", TC_LD), ("wait", TC_WAIT_LD), ("release", ARRIVE), ("store", TMA_STORE))}
+    assert last["load"] < last["wait"] < last["release"] < last["store"]
+
+
 # -- a release moved in front of its guard fails ------------------------------------------
 
 def move_line(ptx: str, moved: str, before: str) -> str:

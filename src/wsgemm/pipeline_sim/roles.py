@@ -287,8 +287,10 @@ def sm100_mma(spec: PipelineSpec, ring: RingModel, acc_ring: RingModel, *,
 
 
 def sm100_epilogue(spec: PipelineSpec, acc_ring: RingModel, part: int = 0) -> Program:
-    """The epilogue warps (one role; each warp arrives once on ``acc_empty``). ``part``:
-    which part of each tile this CTA stores (its rank, in a cluster)."""
+    """The epilogue warps (one role; each warp arrives once on ``acc_empty``): the
+    buffer is released once read (after the tile's last ``tcgen05.ld`` completed),
+    before the tile is stored. ``part``: which part of each tile this CTA stores (its
+    rank, in a cluster)."""
     early = spec.fault is Fault.EARLY_ACC_RELEASE
     for tile in range(spec.tiles):
         buffer = acc_ring.slot(tile)
@@ -296,9 +298,9 @@ def sm100_epilogue(spec: PipelineSpec, acc_ring: RingModel, part: int = 0) -> Pr
         if early:
             yield acc_ring.release(tile, spec.epilogue_warps)  # FAULT: not read yet
         yield ReadAccumulator(buffer, tile)
-        yield StoreTile(tile, part, buffer, reads_accumulator=False)
         if not early:
             yield acc_ring.release(tile, spec.epilogue_warps)
+        yield StoreTile(tile, part, buffer, reads_accumulator=False)
 
 
 # -- assembling a kernel --------------------------------------------------------------------

@@ -269,7 +269,10 @@ class AccRing:
 
     @cute.jit
     def epilogue_release(self, count, leader_rank, is_cluster: cutlass.Constexpr):
-        """One arrival per epilogue warp, after its tensor-memory loads completed."""
+        """One arrival per epilogue warp, after its tensor-memory loads completed:
+        called right after the tile's last ``tcgen05.ld``, it waits for the loads
+        (``tcgen05.wait::ld``) and hands the buffer back before the registers are
+        converted and stored."""
         cute.arch.fence_view_async_tmem_load()  # tcgen05.wait::ld: the loads are done
         cute.arch.inline_ptx("tcgen05.fence::before_thread_sync;")
         with cute.arch.elect_one():
