@@ -3,6 +3,7 @@ the on-disk cache, the candidates it times, and the tuning loop on CPU stand-ins
 
 import dataclasses
 import json
+import warnings
 
 import pytest
 import torch
@@ -117,6 +118,16 @@ def test_the_cache_file_is_written_atomically_and_survives_a_reload(cache_dir, m
     autotune.clear_cache()
     assert not (cache_dir / "autotune.json").exists() and not (cache_dir / "autotune.json.record").exists()
     assert autotune.remembered(problem(8), H200) is None
+
+
+def test_a_whole_cache_file_without_a_record_keeps_its_winners(cache_dir):
+    """Older versions wrote the file whole (renamed into place) and no record: it gets one."""
+    (cache_dir / "autotune.json").write_text(json.dumps({key(16): entry(GemmConfig(tile_n=128), 16)}))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", cache_files.CacheWarning)
+        assert autotune.remembered(problem(16), H200) == GemmConfig(tile_n=128)
+    assert cache_files.problem(cache_dir / "autotune.json") is None
+    assert not list(cache_dir.glob("autotune.json.damaged-*"))
 
 
 def test_a_cache_file_without_its_record_is_set_aside_and_counts_as_empty(cache_dir):

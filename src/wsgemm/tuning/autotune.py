@@ -195,12 +195,31 @@ def _time_candidates(fns: dict, flush: L2Flush) -> dict[str, float]:
 def _load() -> dict:
     global _memory
     if _memory is None:
+        _adopt_unrecorded(cache_path())
         data = cache_files.read(cache_path())  # None where absent or damaged (set aside with a warning)
         try:
             _memory = json.loads(data) if data is not None else {}
         except ValueError:  # vouched for, yet not JSON: written by something else
             _memory = {}
     return _memory
+
+
+def _adopt_unrecorded(path) -> None:
+    """Keep the winners of a file without a record that is whole JSON: older wsgemm
+    versions wrote it whole (renamed into place) but wrote no record, so it is given
+    one. A file that does not parse is left to ``cache_files.read`` to set aside."""
+    if not path.exists() or cache_files.record_path(path).exists():
+        return
+    with cache_files.lock(path) as held:
+        if not held or cache_files.record_path(path).exists():
+            return
+        try:
+            data = path.read_bytes()
+            if not isinstance(json.loads(data), dict):
+                return
+        except (OSError, ValueError):
+            return
+        cache_files.write(path, data)
 
 
 def _save(new: dict) -> None:
