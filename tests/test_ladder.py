@@ -198,6 +198,13 @@ def test_blackwell_3_two_accumulators_handed_over_through_acc_full_and_acc_empty
     assert any("tcgen05.fence::after_thread_sync" in line for line in mma_loop)
 
 
+@pytest.mark.parametrize("name", BLACKWELL)
+def test_blackwell_steps_also_compile_for_the_family_target_the_library_uses(name):
+    text = step(name).build(arch="sm_100f").ptx
+    assert re.search(r"^\.target sm_100f", text, re.MULTILINE)
+    assert lines_matching(text, r"tcgen05\.mma\.cta_group::1") and lines_matching(text, r"tcgen05\.commit")
+
+
 @pytest.mark.parametrize("name", ["hopper_6_tma_store", "blackwell_3_acc_double_buffer"])
 def test_a_step_runs_as_a_script(name, tmp_path):
     """Run as ``python examples/ladder/<step>.py``: compiles, lists what it introduces,

@@ -154,9 +154,9 @@ def gemm_tcgen05_tile(mA: cute.Tensor, mB: cute.Tensor, mD: cute.Tensor, stream)
         grid=grid, block=(THREADS, 1, 1), stream=stream)
 
 
-def build() -> harness.Build:
+def build(arch: str = harness.BLACKWELL) -> harness.Build:
     m = harness.fake_matrix
-    return harness.compile_kernel(gemm_tcgen05_tile, m(), m(), m(), harness.fake_stream(), arch=harness.BLACKWELL)
+    return harness.compile_kernel(gemm_tcgen05_tile, m(), m(), m(), harness.fake_stream(), arch=arch)
 
 
 if __name__ == "__main__":

@@ -191,10 +191,10 @@ def gemm_warp_specialized(mA: cute.Tensor, mB: cute.Tensor, mD: cute.Tensor, str
         grid=grid, block=(THREADS, 1, 1), stream=stream)
 
 
-def build() -> harness.Build:
+def build(arch: str = harness.BLACKWELL) -> harness.Build:
     m = harness.fake_matrix
     return harness.compile_kernel(gemm_warp_specialized, m(), m(), m(), harness.fake_stream(),
-                                  arch=harness.BLACKWELL)
+                                  arch=arch)
 
 
 if __name__ == "__main__":

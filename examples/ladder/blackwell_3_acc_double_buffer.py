@@ -236,10 +236,10 @@ def gemm_acc_double_buffer(mA: cute.Tensor, mB: cute.Tensor, mD: cute.Tensor, nu
         grid=grid, block=(THREADS, 1, 1), stream=stream)
 
 
-def build() -> harness.Build:
+def build(arch: str = harness.BLACKWELL) -> harness.Build:
     m = harness.fake_matrix
     return harness.compile_kernel(gemm_acc_double_buffer, m(), m(), m(), Int32(1), harness.fake_stream(),
-                                  arch=harness.BLACKWELL)
+                                  arch=arch)
 
 
 if __name__ == "__main__":
