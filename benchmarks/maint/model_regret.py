@@ -10,8 +10,9 @@ time, and the yardstick its constants were fitted by (docs/tuning-log/cost-model
 Reads every report under ``benchmarks/results/`` (its archive included) that holds
 ``sweep_configs`` results or ``autotune.json`` runs, keeps each problem with a
 ``B = W.t()`` weight (bf16) timed in at least two plans, rates every timed plan with
-:func:`wsgemm.tuning.cost.estimate_seconds` on an H200 (where the reports ran), and
-prints the *regret*: the time of the plan the model rates fastest over the fastest
+:func:`wsgemm.tuning.cost.estimate_seconds` on the GPU the report names (an H100 SXM or
+an H200; reports that name none ran on an H200; ``--gpu`` keeps one kind), and prints the
+*regret*: the time of the plan the model rates fastest over the fastest
 timed, in single calls and in CUDA-graph replays, as geometric means, with the
 problems more than 5 % off. ``--set`` overrides a constant of ``wsgemm.tuning.cost``.
 The problems split into two halves by a hash of their shape: the constants were
@@ -28,7 +29,7 @@ import re
 
 from benchmarks.maint import result_files
 from wsgemm import GemmConfig
-from wsgemm.tuning import H200, Problem
+from wsgemm.tuning import H100_SXM, H200, Gpu, Problem
 from wsgemm.tuning import cost
 
 # sweep_configs' grid labels ("swap 128x80 c1x2 split2") and GemmConfig.short() names,
@@ -61,14 +62,23 @@ def parse_label(label: str, default_plan: str | None = None) -> GemmConfig | Non
                       swap_ab="_swapab" in flags or (swap or "").strip() == "swap")
 
 
-def timed_problems(tree, source: str, found: list) -> None:
-    """Append every problem in ``tree``: (source, (m, n, k), {plan: (single us, graph us)})."""
+def gpu_named(name: str) -> Gpu:
+    """The planner's numbers for the GPU a report names: an H100 SXM or, as the older
+    reports that name none ran, an H200."""
+    return H100_SXM if "H100" in (name or "") else H200
+
+
+def timed_problems(tree, source: str, found: list, gpu: Gpu = H200) -> None:
+    """Append every problem in ``tree``: (source, (m, n, k), {plan: (single us, graph us)}, GPU),
+    the GPU the report's ``environment`` names."""
     if isinstance(tree, list):
         for item in tree:
-            timed_problems(item, source, found)
+            timed_problems(item, source, found, gpu)
         return
     if not isinstance(tree, dict):
         return
+    if isinstance(tree.get("environment"), dict) and tree["environment"].get("gpu"):
+        gpu = gpu_named(tree["environment"]["gpu"])
     if "shape" in tree and isinstance(tree.get("us"), (dict, list)):  # a sweep_configs shape
         shape = tree["shape"] if isinstance(tree["shape"], list) else [int(v) for v in str(tree["shape"]).split("x")]
         if len(shape) != 3 or tree.get("b", "W.t()") != "W.t()":
@@ -85,7 +95,7 @@ def timed_problems(tree, source: str, found: list) -> None:
             if plan not in plans or single < plans[plan][0]:
                 plans[plan] = (single, replay)
         if len(plans) >= 2:
-            found.append((source, tuple(shape), plans))
+            found.append((source, tuple(shape), plans, gpu))
         return
     for key, value in tree.items():
         if _autotune_entry(key, value):  # "GPU|sm90|bf16->bf16|kkn|m<=X|n=N|k=K|l=1": {"ms": {...}}
@@ -98,14 +108,14 @@ def timed_problems(tree, source: str, found: list) -> None:
                      for plan, ms in ((parse_label(label), ms) for label, ms in value["ms"].items())
                      if plan is not None and ms}
             if len(plans) >= 2:
-                found.append((source, shape, plans))
+                found.append((source, shape, plans, gpu_named(fields[0])))
         else:
-            timed_problems(value, source, found)
+            timed_problems(value, source, found, gpu)
 
 
 def _autotune_entry(key, value) -> bool:
     return isinstance(key, str) and key.count("|") == 7 and isinstance(value, dict) and "ms" in value \
-        and key.split("|")[0].endswith("H200")
+        and key.split("|")[0].endswith(("H200", "H100 80GB HBM3"))
 
 
 def load_problems() -> list:
@@ -126,15 +136,15 @@ def held_out(shape) -> bool:
 
 def regrets(problems, graph: bool, rate=None) -> list:
     """(regret, source, shape, plan the model picks, fastest timed) per problem."""
-    rate = rate or (lambda problem, plan: cost.estimate_seconds(problem, plan, H200))
+    rate = rate or (lambda problem, plan, gpu: cost.estimate_seconds(problem, plan, gpu))
     rows = []
-    for source, shape, plans in problems:
+    for source, shape, plans, gpu in problems:
         times = {plan: t[1] if graph else t[0] for plan, t in plans.items()}
         times = {plan: t for plan, t in times.items() if t}
         if len(times) < 2:
             continue
         problem = Problem(*shape, can_swap=True)
-        pick = min(times, key=lambda plan: rate(problem, plan))
+        pick = min(times, key=lambda plan: rate(problem, plan, gpu))
         fastest = min(times, key=times.get)
         rows.append((times[pick] / times[fastest], source, shape, pick, fastest))
     return rows
@@ -158,6 +168,8 @@ def main(argv=None) -> int:
                    help="a constant of wsgemm.tuning.cost to change, e.g. FIXUP_S=3e-6 (repeatable)")
     p.add_argument("--worst", type=int, default=10, help="list this many of the worst problems")
     p.add_argument("--half", choices=("all", "tune", "held-out"), default="all")
+    p.add_argument("--gpu", choices=("all", "h100", "h200"), default="all",
+                   help="only the reports that ran on this GPU")
     args = p.parse_args(argv)
     for item in args.set:
         name, _, value = item.partition("=")
@@ -166,6 +178,9 @@ def main(argv=None) -> int:
         setattr(cost, name, float(value))
     cost.ring_stages.cache_clear()
     problems = load_problems()
+    if args.gpu != "all":
+        wanted = H100_SXM if args.gpu == "h100" else H200
+        problems = [item for item in problems if item[3] == wanted]
     if args.half != "all":
         problems = [item for item in problems if held_out(item[1]) == (args.half == "held-out")]
     print(f"{len(problems)} problems, {sum(len(item[2]) for item in problems)} timed plans")
