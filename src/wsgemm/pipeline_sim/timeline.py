@@ -65,7 +65,7 @@ class Latencies:
     mma_us_per_kblock: float = 0.56
     # MEASURED: try_wait on a completed phase, answer used at once: 50 cycles.
     probe_us: float = 0.025
-    # MEASURED (benchmarks/results/trywait_probe_*.json, H100 and H200): try_wait on
+    # MEASURED (docs/producer-lookahead.md, part 2; one warp, H100 and H200): try_wait on
     # a pending phase without a suspendTimeHint (what the kernels issue) answers
     # false after ~7,770 cycles, 3.9 us at 1.98 GHz, unless the phase completes first.
     try_wait_limit_us: float = 3.92
