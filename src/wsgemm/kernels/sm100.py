@@ -18,9 +18,9 @@ Warp roles of a CTA (6 warps, 192 threads), following CUTLASS's
   ahead. With a 2-CTA MMA only the pair leader runs this loop.
 * **epilogue** (warps 0-3, one TMEM lane quarter each): wait for an accumulator
   buffer, ``tcgen05.ld`` it sub-tile by sub-tile, convert, ``st.shared`` and TMA-store
-  D, releasing the buffer as soon as its last ``tcgen05.ld`` completed (before the
-  last sub-tile's store, as CUTLASS's epilogue does); ``acc_stages >= 2`` buffers let the epilogue of one
-  tile overlap the mainloop of the next. Warp 0 allocates TMEM before the loop and
+  D, releasing the buffer once the last sub-tile is in shared memory (before its
+  TMA store, as CUTLASS's epilogue releases before its last store); ``acc_stages >= 2``
+  buffers let the epilogue of one tile overlap the mainloop of the next. Warp 0 allocates TMEM before the loop and
   frees it at the end.
 
 Pipelines: ``SmemRing`` (TMA -> UMMA) and ``AccRing`` (UMMA -> epilogue), both from
@@ -383,14 +383,14 @@ class Sm100Gemm(GemmKernelBase):
             tDgD = cute.group_modes(tDgD_all[(None, None, None, mma_m, tile_n, batch)], 1, 3)
             for e in cutlass.range_constexpr(subtiles):
                 cute.copy(t2r, tTR_tile[(None, None, None, e)], tTR_rAcc)
-                if cutlass.const_expr(e == subtiles - 1):
-                    # The tile's last tcgen05.ld is issued: once it completed (the
-                    # release waits for it), the buffer can take the next tile's MMAs
-                    # while this warp converts and stores the last sub-tile.
-                    acc.epilogue_release(acc_count, leader_rank, self.config.cluster_size > 1)
                 tRS_rD.store(r2s.retile(tTR_rAcc).load().to(self.d_dtype))
                 buf = epi_count % self.epi_stages
                 cute.copy(r2s, tRS_rD, tRS_sD[(None, None, None, buf)])
+                if cutlass.const_expr(e == subtiles - 1):
+                    # The tile's last sub-tile is in shared memory: its tcgen05.ld
+                    # completed long since (the release still waits for it), and the
+                    # buffer can take the next tile's MMAs while the sub-tile is stored.
+                    acc.epilogue_release(acc_count, leader_rank, self.config.cluster_size > 1)
                 tma_store_subtile(tma_d, tDsD[(None, buf)], tDgD[(None, e)], epi_barrier, is_store_warp,
                                   self.epi_stages)
                 epi_count += 1

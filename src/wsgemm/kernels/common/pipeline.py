@@ -270,9 +270,9 @@ class AccRing:
     @cute.jit
     def epilogue_release(self, count, leader_rank, is_cluster: cutlass.Constexpr):
         """One arrival per epilogue warp, after its tensor-memory loads completed:
-        called right after the tile's last ``tcgen05.ld``, it waits for the loads
-        (``tcgen05.wait::ld``) and hands the buffer back before the registers are
-        converted and stored."""
+        called once the tile's last sub-tile is in shared memory, it waits for the
+        loads (``tcgen05.wait::ld``) and hands the buffer back before that sub-tile's
+        TMA store."""
         cute.arch.fence_view_async_tmem_load()  # tcgen05.wait::ld: the loads are done
         cute.arch.inline_ptx("tcgen05.fence::before_thread_sync;")
         with cute.arch.elect_one():
