@@ -138,7 +138,7 @@ def _import_published():
     if not cache_files.verified(path, timeout=0):
         return None
     try:
-        return _import_verified(path)
+        return _import(path)
     except ImportError as error:  # intact, yet not for this process (say, a changed system library)
         cache_files.set_aside(path, f"it does not import: {error}")
         return None
@@ -147,11 +147,16 @@ def _import_published():
 def _import_verified(path: Path):
     """Import the library at ``path`` once more checked against its record: ``dlopen``
     of a truncated file is a crash, not an exception."""
-    import importlib.util
-
     reason = cache_files.problem(path)
     if reason is not None:
         raise ImportError(f"{path} cannot be used: {reason}")
+    return _import(path)
+
+
+def _import(path: Path):
+    """Import the library at ``path``, which its record has just vouched for."""
+    import importlib.util
+
     name = path.stem
     spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
