@@ -121,8 +121,14 @@ def consumer(full, empty, k_blocks: Int32, tiles_n: Int32, tiles: Int32, tiled_m
             cute.arch.cp_async_bulk_wait_group(0, read=True)
         epilogue_barrier.arrive_and_wait()
         # 2. Registers -> shared memory, as bf16.
-        for v in cutlass.range(cute.size(tRS_rAcc), unroll_full=True):
-            tRS_rAcc[v] = tRS_acc[v]
+        # The accumulators run along N first, then down the tile's two 64-row blocks:
+        # ((8 values, 8 column steps), 2 row blocks). The copy's source is (8 values, 2
+        # row blocks, 8 column steps). Same values, other order: match them up.
+        frag, rows, cols = (cute.size(tRS_rAcc, mode=[i]) for i in range(3))
+        for m in cutlass.range_constexpr(rows):
+            for n in cutlass.range_constexpr(cols):
+                for v in cutlass.range_constexpr(frag):
+                    tRS_rAcc[v + frag * m + frag * rows * n] = tRS_acc[v + frag * n + frag * cols * m]
         tRS_rD.store(tRS_rAcc.load().to(cutlass.BFloat16))
         cute.copy(r2s, tRS_rD, tRS_sD)
         # 3. Generic-proxy writes made visible to the async proxy, from every thread.
