@@ -218,7 +218,7 @@ def main(argv=None) -> int:
             "parts: w.t() alone": lambda: w.t(),
             "parts: torch.empty(result) alone": lambda: torch.empty(m, n, device="cuda", dtype=torch.bfloat16),
             "parts: a.new_empty(result) alone": lambda: a.new_empty(m, n),
-            "parts: plan signature + lookup": lambda: plans._plans.get(plans._signature(a, wt, out, None, None)),
+            "parts: plan signature + lookup": lambda: plans._plans.get(plans.call_signature(a, wt, out, None, None)),
             **({"parts: plan lookup in C++ (fast path)": lambda: fast_path.find(a, wt)} if fast_path else {}),
             "parts: TVM-FFI kernel call alone": lambda: plan.kernel(a, wt, out, plan.clusters),
             "parts: gemm_eager(out=), no dispatch checks": lambda: plans.gemm_eager(a, wt, out),

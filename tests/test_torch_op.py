@@ -117,7 +117,12 @@ def test_linear_promises_its_weight_only_where_asked_and_no_autograd_records(mon
         promised.append(read_before_wait)
         return torch.matmul(a, weight.t())
 
+    def gemm(a, b, *, bias=None, activation=None, read_before_wait=""):  # a layer with a bias fuses it
+        promised.append(read_before_wait)
+        return torch.addmm(bias, a, b) if bias is not None else torch.matmul(a, b)
+
     monkeypatch.setattr(wsgemm.nn, "gemm_by_weight", gemm_by_weight)
+    monkeypatch.setattr(wsgemm.nn, "gemm", gemm)
     ref = torch.nn.Linear(32, 16, dtype=torch.float64)
     x = torch.randn(3, 5, 32, dtype=torch.float64)
     plain = wsgemm.nn.Linear.from_linear(ref)

@@ -22,7 +22,7 @@ import torch
 
 from . import compile as compile_mod
 from . import config as cfg
-from . import devices, fast_path
+from . import devices, fast_path, fused
 from .plans import _kernel_for, forget_plans, gemm_eager, validate_shapes_and_dtypes
 
 
@@ -30,10 +30,11 @@ from .plans import _kernel_for, forget_plans, gemm_eager, validate_shapes_and_dt
 # The entry point
 # --------------------------------------------------------------------------------------
 
-def gemm(a: torch.Tensor, b: torch.Tensor, *, out: torch.Tensor | None = None,
-         out_dtype: torch.dtype | None = None, config: cfg.GemmConfig | str | None = None,
-         read_before_wait: str = "") -> torch.Tensor:
-    """``a @ b`` on a Hopper GPU with wsgemm's warp-specialized kernel.
+def gemm(a: torch.Tensor, b: torch.Tensor, *, bias: torch.Tensor | None = None, activation: str | None = None,
+         alpha: float = 1.0, out: torch.Tensor | None = None, out_dtype: torch.dtype | None = None,
+         config: cfg.GemmConfig | str | None = None, read_before_wait: str = "") -> torch.Tensor:
+    """``a @ b`` on a Hopper GPU with wsgemm's warp-specialized kernel; with ``bias``,
+    ``activation`` or ``alpha``, ``act(alpha * (a @ b) + bias)`` in one kernel.
 
     ``a``: (M, K) or (L, M, K); ``b``: (K, N) or (L, K, N); float16 or bfloat16, the
     same for both. A 2-D operand is broadcast over the other's batch, like
@@ -42,6 +43,13 @@ def gemm(a: torch.Tensor, b: torch.Tensor, *, out: torch.Tensor | None = None,
     receives the result in place. Row- and column-major operands are read without a
     copy; layouts TMA cannot read are copied first (see ``wsgemm.operands``).
     The kernel runs on the inputs' device and its current CUDA stream.
+
+    The fused epilogue (``wsgemm.fused``) computes in fp32 before the one conversion
+    to the result's dtype: ``alpha`` a float; ``bias`` (N,), or (L, N) for a batched
+    result, float16, bfloat16 or float32; ``activation`` one of ``"relu"``,
+    ``"gelu"`` (exact), ``"gelu_tanh"`` (``approximate="tanh"``), ``"silu"``. Such
+    calls are planned and launched from Python (a few microseconds more host time
+    than a cached plain call); the backward is unfused.
 
     ``config``: ``None`` lets :func:`wsgemm.tuning.select` choose (a winner the
     autotuner remembered, the packaged table of measured winners, else the cost
@@ -70,6 +78,8 @@ def gemm(a: torch.Tensor, b: torch.Tensor, *, out: torch.Tensor | None = None,
     under ``torch.compile``.
     """
     compiling = torch.compiler.is_compiling()
+    if fused.asks_for_epilogue(bias, activation, alpha):
+        return _fused(a, b, bias, activation, alpha, out, out_dtype, config, read_before_wait, compiling)
     if out is None and out_dtype is None and config is None and not compiling:
         # A cached call: its plan found, run and (if autograd records) recorded in C++
         # (wsgemm.fast_path); None if the Python path below must decide.
@@ -83,6 +93,24 @@ def gemm(a: torch.Tensor, b: torch.Tensor, *, out: torch.Tensor | None = None,
     if needs_autograd or compiling:
         return _with_autograd_or_tracing(a, b, out, out_dtype, config, read_before_wait, needs_autograd, compiling)
     return gemm_eager(a, b, out, out_dtype, config, read_before_wait)
+
+
+def _fused(a, b, bias, activation, alpha, out, out_dtype, config, read_before_wait, compiling: bool):
+    if compiling:
+        if out is not None or config is not None:
+            raise ValueError("out= and config= are eager-only: under torch.compile the operator always uses the "
+                             "heuristic and returns a fresh tensor")
+        return _ops().gemm_epilogue_op(a, b, bias, activation or "", float(alpha), out_dtype, read_before_wait)
+    try:
+        needs_autograd = torch.is_grad_enabled() and (
+            a.requires_grad or b.requires_grad or (bias is not None and bias.requires_grad))
+    except AttributeError:  # not tensors: the eager route's validation says what is wrong
+        needs_autograd = False
+    if read_before_wait and needs_autograd:  # as for the plain product (below)
+        raise ValueError("read_before_wait= is for inference: an input requires grad, and in training an "
+                         "optimizer step writes the weights the promise covers; drop it or run under "
+                         "torch.no_grad() or torch.inference_mode()")
+    return fused.gemm_fused(a, b, bias, activation, alpha, out, out_dtype, config, needs_autograd, read_before_wait)
 
 
 def _with_autograd_or_tracing(a, b, out, out_dtype, config, read_before_wait, needs_autograd: bool,

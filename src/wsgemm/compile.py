@@ -67,14 +67,25 @@ def _example_args(spec: KernelSpec):
             shape, stride = (batches, *shape), (cute.sym_int64(divisibility=align), *stride)
         return make_fake_tensor(CUTLASS_DTYPES[dtype_name], shape, stride, assumed_align=TMA_ALIGNMENT_BYTES)
 
+    d = fake(spec.out_dtype, m, n, spec.d_major == "n")  # D (M, N)
     operands = [
         fake(spec.ab_dtype, m, k, spec.a_major == "k"),  # A (M, K)
         fake(spec.ab_dtype, k, n, spec.b_major == "n"),  # B (K, N): row-major is N-major
-        fake(spec.out_dtype, m, n, spec.d_major == "n"),  # D (M, N)
+        d,
     ]
     if spec.config.has_workspace:  # split-K or stream-K: arrival flags, fp32 partial sums
         operands += [make_fake_compact_tensor(cutlass.Int32, (cute.sym_int(),), assumed_align=16),
                      make_fake_compact_tensor(cutlass.Float32, (cute.sym_int64(),), assumed_align=16)]
+    elif spec.epilogue.fused:  # the fused entry point's workspace slots take D, unused
+        operands += [d, d]
+    if spec.epilogue.fused:
+        bias = d  # D stands in for a bias the epilogue does not add
+        if spec.epilogue.bias:
+            # (batches or 1, length), unit stride along its length; one vector for
+            # every batch has batch stride 0. Any element alignment.
+            bias = make_fake_tensor(CUTLASS_DTYPES[spec.epilogue.bias_dtype], (cute.sym_int(), cute.sym_int()),
+                                    (cute.sym_int64(), 1), assumed_align=DTYPE_BYTES[spec.epilogue.bias_dtype])
+        operands += [bias, cutlass.Float32(1.0)]  # alpha
     return operands + [
         Int32(1),  # clusters in the persistent grid
         make_fake_stream(use_tvm_ffi_env_stream=True),
@@ -83,6 +94,8 @@ def _example_args(spec: KernelSpec):
 
 def _entry_point(kernel, spec: KernelSpec):
     """The builder's host function matching :func:`_example_args`."""
+    if spec.epilogue.fused:
+        return kernel.call_with_epilogue
     return kernel.call_with_workspace if spec.config.has_workspace else kernel
 
 

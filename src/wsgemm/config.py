@@ -213,6 +213,46 @@ class RegisterBudget:
     wgmma_accumulator_registers: int  # one m64nNk16 wgmma's, per thread: N / 2
 
 
+# ``Epilogue.activation``'s values, named as torch.nn.functional computes them: "gelu"
+# the exact (erf) form, "gelu_tanh" ``gelu(x, approximate="tanh")``.
+ACTIVATIONS = ("", "relu", "gelu", "gelu_tanh", "silu")
+# ``Epilogue.bias``'s values: no bias, one value per column of the kernel's D (the
+# caller's N), or one per row (the caller's N after a swapped plan made it the kernel's M).
+BIAS_PLACEMENTS = ("", "n", "m")
+
+
+@dataclass(frozen=True)
+class Epilogue:
+    """What the epilogue computes from the fp32 accumulators before the one conversion
+    to the output dtype: ``act(alpha * acc + bias)``. Part of the compile-cache key; the
+    bias values and ``alpha`` are runtime arguments. The default computes ``acc``."""
+
+    activation: str = ""  # one of ACTIVATIONS; "" for none
+    bias: str = ""  # one of BIAS_PLACEMENTS
+    bias_dtype: str = "fp32"  # fp16 | bf16 | fp32
+    scaled: bool = False  # alpha is a runtime argument (else 1)
+
+    @property
+    def fused(self) -> bool:
+        """Anything beyond the conversion: the kernel then takes the bias and alpha."""
+        return self != Epilogue()
+
+    def short(self) -> str:
+        parts = [f"bias{self.bias}{self.bias_dtype}" if self.bias else "", self.activation,
+                 "alpha" if self.scaled else ""]
+        return "_".join(p for p in parts if p)
+
+
+def check_epilogue(epilogue: Epilogue) -> None:
+    _check_choice("activation", epilogue.activation, ACTIVATIONS)
+    _check_choice("bias", epilogue.bias, BIAS_PLACEMENTS)
+    if epilogue.bias_dtype not in DTYPE_BYTES:
+        raise UnsupportedDtypeError(f"bias dtype {epilogue.bias_dtype!r} is not supported; "
+                                    f"use one of {sorted(DTYPE_BYTES)}")
+    if not isinstance(epilogue.scaled, bool):
+        raise ConfigError(f"scaled={epilogue.scaled!r} must be True or False")
+
+
 @dataclass(frozen=True)
 class KernelSpec:
     """Everything that changes the generated code: the compile-cache key.
@@ -230,6 +270,7 @@ class KernelSpec:
     batched: bool = False  # operands carry a leading batch mode L
     # Bytes every TMA base address and non-unit stride is a multiple of.
     alignment: int = hardware.TMA_ALIGNMENT_BYTES
+    epilogue: Epilogue = field(default_factory=Epilogue)
 
     @property
     def facts(self) -> hardware.ArchFacts:
@@ -239,6 +280,7 @@ class KernelSpec:
         return (
             f"{self.arch}_{self.ab_dtype}to{self.out_dtype}_a{self.a_major}"
             f"b{self.b_major}d{self.d_major}{'_batched' if self.batched else ''}_{self.config.short()}"
+            + (f"_{self.epilogue.short()}" if self.epilogue.fused else "")
         )
 
 
@@ -306,6 +348,17 @@ def epilogue_buffer_sets(config: GemmConfig) -> int:
     return consumer_warpgroups(config) // tile_warpgroups(config)
 
 
+def bias_tile_elems(spec: KernelSpec) -> int:
+    """fp32 elements of shared memory the SM90 epilogue stages a tile's bias in
+    (``kernels/common/epilogue.py``): the tile's columns, or rows for a bias along the
+    kernel's M, one stretch per set of epilogue buffers. The SM100 epilogue reads it
+    from global memory."""
+    if not spec.epilogue.bias or spec.arch != "sm90":
+        return 0
+    c = spec.config
+    return (c.tile_n if spec.epilogue.bias == "n" else c.tile_m) * epilogue_buffer_sets(c)
+
+
 def smem_budget(spec: KernelSpec) -> SmemBudget:
     """Shared memory per CTA: the ring (``config.stages``, or as many as fit up to
     ``DEFAULT_MAX_STAGES``), the epilogue buffers and the reserve for barriers and padding."""
@@ -316,6 +369,7 @@ def smem_budget(spec: KernelSpec) -> SmemBudget:
     b_stage = c.tile_n // cta_pair(c) * c.tile_k * in_bytes
     epi_m, epi_n = epilogue_tile(spec)
     epi = epi_m * epi_n * DTYPE_BYTES[spec.out_dtype] * c.epi_stages * epilogue_buffer_sets(c)
+    epi += bias_tile_elems(spec) * DTYPE_BYTES["fp32"]
     capacity = spec.facts.smem_per_cta_bytes
     stages = c.stages
     if stages is None:
@@ -407,6 +461,7 @@ def make_spec(
     d_major: str,
     config: GemmConfig,
     batched: bool = False,
+    epilogue: Epilogue = Epilogue(),
 ) -> KernelSpec:
     """Validate a configuration for one arch and problem kind and resolve ``stages``.
 
@@ -427,6 +482,9 @@ def make_spec(
     _check_choice("d_major", d_major, ("n", "m"))
     if not isinstance(config, GemmConfig):
         raise ConfigError(f"config must be a wsgemm.GemmConfig, got {type(config).__name__}")
+    check_epilogue(epilogue)
+    if epilogue.bias == "m" and batched:
+        raise ConfigError("a bias along the kernel's M (a swapped plan's) is for 2-D products only")
 
     if arch == "sm90":
         _check_sm90(config)
@@ -439,7 +497,8 @@ def make_spec(
     # and reads the caller's A as its B and the caller's B as its A.
     early = {"a": "b", "b": "a"}.get(config.read_before_wait, "") if config.swap_ab else config.read_before_wait
     config = replace(config, swap_ab=False, read_before_wait=early)
-    spec = KernelSpec(arch, ab_dtype, out_dtype, a_major, b_major, d_major, config, batched=batched)
+    spec = KernelSpec(arch, ab_dtype, out_dtype, a_major, b_major, d_major, config, batched=batched,
+                      epilogue=epilogue)
     if arch == "sm100" and tmem_columns(spec) > spec.facts.tmem_columns:
         raise ConfigError(
             f"{config.acc_stages} accumulator buffers of {config.tile_n} fp32 columns need "

@@ -5,7 +5,7 @@ fraction of one in C++ (numbers in docs/tuning-log/host-overhead.md):
 
 * finding the plan of a call without ``out=``, ``out_dtype=`` or ``config=``, keyed
   by both operands' shapes, strides, dtypes, devices and base alignment, as
-  :func:`wsgemm.api._signature` keys the Python cache (``remember``, ``find``;
+  :func:`wsgemm.plans.call_signature` keys the Python cache (``remember``, ``find``;
   ``call_transposed`` makes ``wsgemm.nn.Linear``'s ``weight.t()`` view first);
 * launching it: a direct or swapped plan's result is allocated and its TVM-FFI
   kernel called from C++ (a split's workspace asked of ``wsgemm.workspace`` in one

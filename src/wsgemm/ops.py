@@ -29,7 +29,8 @@ from __future__ import annotations
 
 import torch
 
-from . import fast_path, plans
+from . import fast_path, fused, plans
+from .gradients import product_gradients
 from .workspace import operator_calls
 
 # The package's own name: benchmarks/maint/baseline.py imports an older wsgemm beside this
@@ -71,36 +72,66 @@ def _(a: torch.Tensor, b: torch.Tensor, out_dtype: torch.dtype | None = None,
 
 gemm_op = getattr(torch.ops, _NAMESPACE).gemm.default
 
+# The fused epilogue's operator (``wsgemm.fused``), in a library of its own: its kernels
+# stay Python's when the fast path takes over ``gemm``'s.
+_EPILOGUE_OP = f"{_NAMESPACE}::gemm_epilogue"
+_library.define("gemm_epilogue(Tensor a, Tensor b, Tensor? bias, str activation, float alpha, "
+                "ScalarType? out_dtype=None, str read_before_wait='') -> Tensor")
+_epilogue_kernels = torch.library.Library(_NAMESPACE, "IMPL")
+
+
+def _gemm_epilogue_kernel(a, b, bias, activation: str, alpha: float, out_dtype=None, read_before_wait: str = ""):
+    """``act(alpha * a @ b + bias)``; see :mod:`wsgemm.fused`."""
+    with operator_calls():
+        return fused.gemm_fused_eager(a, b, bias, activation or None, alpha, None, out_dtype, None, read_before_wait)
+
+
+_epilogue_kernels.impl("gemm_epilogue", _gemm_epilogue_kernel, "CompositeExplicitAutograd")
+
+
+@torch.library.register_fake(_EPILOGUE_OP)
+def _(a, b, bias, activation: str, alpha: float, out_dtype=None, read_before_wait: str = ""):
+    plans.check_read_before_wait(read_before_wait, None)
+    shape, dtype, _, _ = plans.validate_shapes_and_dtypes(a, b, None, out_dtype, None)
+    fused.check_epilogue_args(bias, activation or None, alpha, shape)
+    return a.new_empty(shape, dtype=dtype)
+
+
+gemm_epilogue_op = getattr(torch.ops, _NAMESPACE).gemm_epilogue.default
+
+
+def _epilogue_setup_context(ctx, inputs, output):
+    a, b, bias, activation, alpha = inputs[:5]
+    ctx.save_for_backward(a, b, bias, output)
+    ctx.activation, ctx.alpha = activation, alpha
+
+
+def _epilogue_product(x, y, out_dtype, bias=None, alpha=1.0):
+    if bias is None and alpha == 1.0:
+        return gemm_op(x, y, out_dtype)
+    return gemm_epilogue_op(x, y, bias, "", alpha, out_dtype)
+
+
+def _epilogue_backward(ctx, grad):
+    a, b, bias, out = ctx.saved_tensors
+    grads = fused.fused_backward(grad, a, b, bias, out, ctx.activation, ctx.alpha, ctx.needs_input_grad[:3],
+                                 _epilogue_product)
+    return (*grads, None, None, None, None)
+
+
+torch.library.register_autograd(_EPILOGUE_OP, _epilogue_backward, setup_context=_epilogue_setup_context,
+                                lib=_epilogue_kernels)
+
 
 def _setup_context(ctx, inputs, output):
     a, b = inputs[:2]
     ctx.save_for_backward(a, b)
 
 
-def _unbroadcast(grad: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
-    """Sum the batch a 2-D operand was broadcast over."""
-    return grad.sum(0) if grad.dim() == 3 and like.dim() == 2 else grad
-
-
-def _gradients(a, b, grad, needs_a: bool, needs_b: bool, product):
-    """(dA, dB) of D = A @ B given dD, each computed by ``product(x, y, out_dtype)``
-    on transposed views (None where not needed)."""
-    grad = grad.to(a.dtype)  # the kernels multiply fp16/bf16; an fp32 output's gradient is rounded
-    grad_a = grad_b = None
-    if needs_a:
-        grad_a = _unbroadcast(product(grad, b.mT, a.dtype), a)
-    if needs_b:
-        if a.dim() == 3 and b.dim() == 2:  # sum over the batch inside one product
-            grad_b = product(a.reshape(-1, a.shape[-1]).mT, grad.reshape(-1, grad.shape[-1]), b.dtype)
-        else:
-            grad_b = _unbroadcast(product(a.mT, grad, b.dtype), b)
-    return grad_a, grad_b
-
-
 def _operator_backward(grad, a, b, needs_a: bool, needs_b: bool):
     """(dA, dB) of the operator: products through the operator itself, which
     ``torch.compile`` traces."""
-    return _gradients(a, b, grad, needs_a, needs_b, gemm_op)
+    return product_gradients(a, b, grad, needs_a, needs_b, gemm_op)
 
 
 def _backward(ctx, grad):
@@ -149,7 +180,7 @@ def _eager_forward(a, b, out_dtype):
 
 def _eager_backward(grad, a, b, needs_a, needs_b):
     """(dA, dB) of eager autograd (EagerGemm's backward and the fast path's node's)."""
-    return _gradients(a, b, grad, needs_a, needs_b, _eager_product)
+    return product_gradients(a, b, grad, needs_a, needs_b, _eager_product)
 
 
 class EagerGemm(torch.autograd.Function):

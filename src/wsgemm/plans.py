@@ -154,6 +154,9 @@ class Plan:
     spec: cfg.KernelSpec | None = None
     # Split-K and stream-K only: (int32 flags, fp32 partial-sum elements) of the workspace.
     workspace: tuple[int, int] = (0, 0)
+    # What the kernel's epilogue computes besides the conversion (``wsgemm.fused``
+    # launches such plans with ``run_fused``; ``run`` launches the others).
+    epilogue: cfg.Epilogue = cfg.Epilogue()
 
     @property
     def launches_from_cpp(self) -> bool:
@@ -177,7 +180,7 @@ class Plan:
         return self.mode == "direct" and not self.workspace[0]
 
     def __post_init__(self):
-        if self.launches_directly:
+        if self.launches_directly and not self.epilogue.fused:
             # The commonest cached call, with nothing left to decide: a closure over the
             # values it needs runs ~0.3 us faster than the general method below.
             result_like_a = self.spec is not None and TORCH_DTYPES[self.dtype] == self.spec.ab_dtype
@@ -203,14 +206,34 @@ class Plan:
             out.zero_()
         return out
 
-    def _launch(self, a, b, d):
-        if self.workspace[0]:
+    def run_fused(self, a, b, out, bias, alpha: float):
+        """``run`` for a plan whose epilogue is fused: ``bias`` is (batches or 1, length)
+        with unit stride along its length, or None (``wsgemm.fused`` prepares it)."""
+        if out is None:
+            out = torch.empty(*self.shape, dtype=self.dtype, device=self.device)
+        fused = (bias, float(alpha))
+        if self.mode == "direct":
+            self._launch(a, b, out, fused)
+        elif self.mode == "swap":
+            self._launch(b.t(), a.t(), out.t(), fused)
+        elif self.mode == "fold":
+            self._launch(a.view(-1, a.shape[-1]), b, out.view(-1, out.shape[-1]), fused)
+        else:
+            self._run_with_copies(a, b, out, fused)
+        return out
+
+    def _launch(self, a, b, d, fused=None):
+        if fused is not None:
+            bias, alpha = fused
+            flags, partials = split_k_workspace(self.device, *self.workspace) if self.workspace[0] else (d, d)
+            self.kernel(a, b, d, flags, partials, d if bias is None else bias, alpha, self.clusters)
+        elif self.workspace[0]:
             flags, partials = split_k_workspace(self.device, *self.workspace)
             self.kernel(a, b, d, flags, partials, self.clusters)
         else:
             self.kernel(a, b, d, self.clusters)
 
-    def _run_with_copies(self, a, b, out):
+    def _run_with_copies(self, a, b, out, fused=None):
         batches = self.shape[0] if len(self.shape) == 3 else 1
         a3, _ = readable(_as_batched(a, batches))
         b3, _ = readable(_as_batched(b, batches))
@@ -218,7 +241,7 @@ class Plan:
         d3 = writable_view(target)
         if d3 is None:  # the kernel cannot store into the output: compute into a staging buffer
             d3 = padded_empty(*target.shape, dtype=self.dtype, device=self.device)
-        self._launch(a3, b3, d3)
+        self._launch(a3, b3, d3, fused)
         if d3.data_ptr() != target.data_ptr():
             target.copy_(d3)
 
@@ -264,13 +287,13 @@ def _on_own_device(run, device: torch.device):
 
 
 _plans: dict = {}
-_plans_lock = threading.Lock()
+_plans_lock = threading.RLock()  # store_plan takes it inside gemm_eager's hold
 # Plans are small, but a process that sees endlessly many shapes must not grow without
 # bound: past this many, start over (replanning is cheap; kernels stay compiled).
 MAX_PLANS = 4096
 
 
-def _signature(a, b, out, out_dtype, config, read_before_wait=""):
+def call_signature(a, b, out, out_dtype, config, read_before_wait=""):
     """Everything a plan depends on. Raises AttributeError/TypeError for non-tensors,
     which sends the call down the validating path."""
     # get_device(): an int, cheaper than building a torch.device; -1 for CPU and meta
@@ -287,14 +310,15 @@ _KERNEL_MAJOR = {("a", "cols"): "k", ("a", "rows"): "m", ("b", "cols"): "n", ("b
                  ("d", "cols"): "n", ("d", "rows"): "m"}
 
 
-def _choose_mode(a, b, out, shape, dtype) -> tuple[str, tuple]:
-    """(mode, (a, b, d) unit-stride modes) for a launchable product."""
+def _choose_mode(a, b, out, shape, dtype, can_fold: bool = True) -> tuple[str, tuple]:
+    """(mode, (a, b, d) unit-stride modes) for a launchable product. ``can_fold``:
+    False where a per-batch bias needs the batch the fold would erase."""
     # Without out=, Plan.run allocates a contiguous result: reason about its layout.
     d = out if out is not None else torch.empty(shape, dtype=dtype, device="meta")
     a_major, b_major, d_major = tma_major(a), tma_major(b), writable_major(d)
     if a.dim() == b.dim() and a_major and b_major and d_major:
         return "direct", (a_major, b_major, d_major)
-    if a.dim() == 3 and b.dim() == 2 and a_major == "cols" and b_major and d_major == "cols":
+    if can_fold and a.dim() == 3 and b.dim() == 2 and a_major == "cols" and b_major and d_major == "cols":
         # Rows of every batch stack evenly: one (L*M, K) @ (K, N) product.
         if a.stride(0) == a.shape[1] * a.stride(1) and d.stride(0) == d.shape[1] * d.stride(1):
             return "fold", (a_major, b_major, d_major)
@@ -308,15 +332,20 @@ def _choose_mode(a, b, out, shape, dtype) -> tuple[str, tuple]:
                     copy_major(writable_view(d if d.dim() == 3 else d.unsqueeze(0))))
 
 
-def make_plan(a, b, out, out_dtype, config, read_before_wait: str = "") -> Plan:
+def make_plan(a, b, out, out_dtype, config, read_before_wait: str = "", epilogue: cfg.Epilogue = cfg.Epilogue(),
+              per_batch_bias: bool = False) -> Plan:
+    """The plan of a validated-at-first-sight call. ``epilogue``: the fused epilogue
+    with its bias along the caller's N (``wsgemm.fused``; a swapped plan moves it to
+    the kernel's M); ``per_batch_bias``: the bias has one row per batch."""
     check_read_before_wait(read_before_wait, config)
     shape, dtype, batched, batches = validate(a, b, out, out_dtype, config)
     m, k, n = a.shape[-2], a.shape[-1], b.shape[-1]
     if m * n * batches == 0 or k == 0:
-        return Plan("trivial", shape, dtype, a.device)
+        return Plan("trivial", shape, dtype, a.device, epilogue=epilogue)
     gpu = devices.gpu(a.device.index or 0)
     mode, spec, (kernel_m, kernel_n, kernel_batches) = _kernel_for(
-        a, b, out, out_dtype, config, shape, dtype, batched, batches, gpu, read_before_wait)
+        a, b, out, out_dtype, config, shape, dtype, batched, batches, gpu, read_before_wait, epilogue,
+        per_batch_bias)
     grid = TileGrid.for_problem(kernel_m, kernel_n, kernel_batches, spec.config)
     clusters = grid.launch_clusters(gpu.clusters(spec.config.cluster_size))
     if spec.config.stream_k and not stream_k_fits_int32(grid.units, clusters, -(-k // spec.config.tile_k)):
@@ -324,7 +353,7 @@ def make_plan(a, b, out, out_dtype, config, read_before_wait: str = "") -> Plan:
                               f"on {clusters} clusters; use split_k instead")
     workspace = launch_workspace_elems(grid, clusters, spec.config)
     kernel = compile_mod.launcher(compile_mod.KERNEL_CACHE.get(spec).fn)
-    return Plan(mode, shape, dtype, a.device, kernel, clusters, spec, workspace)
+    return Plan(mode, shape, dtype, a.device, kernel, clusters, spec, workspace, spec.epilogue)
 
 
 def launch_workspace_elems(grid: TileGrid, clusters: int, config: cfg.GemmConfig) -> tuple[int, int]:
@@ -353,12 +382,12 @@ def check_read_before_wait(read_before_wait, config) -> None:
 
 
 def _kernel_for(a, b, out, out_dtype, config, shape, dtype, batched, batches, gpu: tuning.Gpu,
-                read_before_wait=""):
+                read_before_wait="", epilogue: cfg.Epilogue = cfg.Epilogue(), per_batch_bias: bool = False):
     """(mode, KernelSpec, kernel problem (M, N, batches)) for validated operands; also
     runs on meta tensors (``precompile``, ``benchmarks/maint/plan_diff.py``), except for
     ``config="autotune"``, which times candidates on the operands."""
     m, k, n = a.shape[-2], a.shape[-1], b.shape[-1]
-    mode, (a_major, b_major, d_major) = _choose_mode(a, b, out, shape, dtype)
+    mode, (a_major, b_major, d_major) = _choose_mode(a, b, out, shape, dtype, can_fold=not per_batch_bias)
     kernel_batched = {"direct": batched, "fold": False, "copy": True}[mode]
     kernel_m, kernel_n, kernel_batches = _kernel_problem(mode, m, n, batches)
     # D^T = B^T A^T runs the same kernel on transposed views (2-D, readable operands).
@@ -372,12 +401,14 @@ def _kernel_for(a, b, out, out_dtype, config, shape, dtype, batched, batches, gp
     if config.swap_ab and can_swap:
         mode, kernel_m, kernel_n = "swap", n, m
         a_major, b_major, d_major = _swapped_majors(a, b, out, shape, dtype)
+        if epilogue.bias:  # the caller's N is the kernel's M
+            epilogue = dataclasses.replace(epilogue, bias="m")
     if chosen_here and read_before_wait and config.dependent_launch:  # only a dependent launch waits
         config = dataclasses.replace(config, read_before_wait=read_before_wait)
     spec = cfg.make_spec(
         gpu.arch, TORCH_DTYPES[a.dtype], TORCH_DTYPES[dtype],
         _KERNEL_MAJOR["a", a_major], _KERNEL_MAJOR["b", b_major], _KERNEL_MAJOR["d", d_major],
-        config, batched=kernel_batched,
+        config, batched=kernel_batched, epilogue=epilogue,
     )
     return mode, spec, (kernel_m, kernel_n, kernel_batches)
 
@@ -411,7 +442,7 @@ def _as_batched(t: torch.Tensor, batches: int) -> torch.Tensor:
 def gemm_eager(a, b, out=None, out_dtype=None, config=None, read_before_wait="") -> torch.Tensor:
     """The direct path: plan lookup, result allocation, launch."""
     try:
-        key = _signature(a, b, out, out_dtype, config, read_before_wait)
+        key = call_signature(a, b, out, out_dtype, config, read_before_wait)
         plan = _plans.get(key)
     except (AttributeError, TypeError):
         key, plan = None, None
@@ -419,14 +450,25 @@ def gemm_eager(a, b, out=None, out_dtype=None, config=None, read_before_wait="")
         plan = make_plan(a, b, out, out_dtype, config, read_before_wait)  # raises the argument errors
         if key is not None:
             with _plans_lock:
-                if len(_plans) >= MAX_PLANS:
-                    forget_plans()
-                _plans[key] = plan
+                store_plan(key, plan)
                 # The calls gemm() hands to the C++ path (the same condition there):
                 # only theirs are remembered for it.
                 if out is None and out_dtype is None and config is None:
                     _remember_plan(a, b, plan, read_before_wait)
     return plan.run(a, b, out)
+
+
+def lookup_plan(key) -> Plan | None:
+    return _plans.get(key)
+
+
+def store_plan(key, plan: Plan) -> None:
+    """Remember ``plan`` under ``key`` (a call signature, or one extended by
+    ``wsgemm.fused``); past ``MAX_PLANS``, start over."""
+    with _plans_lock:
+        if len(_plans) >= MAX_PLANS:
+            forget_plans()
+        _plans[key] = plan
 
 
 def forget_plans() -> None:

@@ -35,13 +35,13 @@ import cutlass.cute as cute
 import cutlass.memory
 import cutlass.pipeline
 import cutlass.utils.blackwell_helpers as sm100_helpers
-from cutlass import Boolean, Int32
+from cutlass import Boolean, Float32, Int32
 from cutlass.cute.nvgpu import cpasync, tcgen05
 
 from .. import config as cfg
 from ..grid import ceil_div
 from .common.base import GemmKernelBase
-from .common.epilogue import tma_store_subtile
+from .common.epilogue import fuse_epilogue, tma_store_subtile
 from .common.pipeline import AccRing, SmemRing, produce_k_blocks, publish_barrier_init
 from .common.stages import empty_arrivals, release_mask
 from .common.views import gemm_views
@@ -82,6 +82,16 @@ class Sm100Gemm(GemmKernelBase):
         stream: cuda_driver.CUstream,
     ):
         """Host side. Operands arrive in torch layouts (see ``common.views``)."""
+        # No workspace (this kernel has no split-K or stream-K) and, without a fused
+        # epilogue, no bias: D stands in for them, unused.
+        self.launch(mA_torch, mB_torch, mD_torch, mD_torch, mD_torch, mD_torch, Float32(1.0), num_clusters,
+                    stream)
+
+    @cute.jit
+    def launch(self, mA_torch, mB_torch, mD_torch, flags, partials, bias, alpha: Float32, num_clusters: Int32,
+               stream: cuda_driver.CUstream):
+        """``flags`` and ``partials``: unused (the SM90 kernel's workspace, kept for one
+        entry-point signature)."""
         mA, mB, mD = gemm_views(mA_torch, mB_torch, mD_torch, self.spec.batched)
         m, k, batches = mA.shape
         n = mB.shape[0]
@@ -144,6 +154,8 @@ class Sm100Gemm(GemmKernelBase):
             ceil_div(tiles_n, self.config.cluster_n),
             batches,
             ceil_div(k, self.mma_tiler[2]),
+            bias,
+            alpha,
         ).launch(
             grid=(self.config.cluster_m, self.config.cluster_n, num_clusters),
             block=(THREADS, 1, 1),
@@ -175,6 +187,8 @@ class Sm100Gemm(GemmKernelBase):
         clusters_n: Int32,
         batches: Int32,
         k_blocks: Int32,
+        bias: cute.Tensor,
+        alpha: Float32,
     ):
         warp = cute.arch.make_warp_uniform(cute.arch.warp_idx())
         tidx, _, _ = cute.arch.thread_idx()
@@ -217,6 +231,9 @@ class Sm100Gemm(GemmKernelBase):
         gA = cute.local_tile(mA, cute.slice_(self.mma_tiler, (None, 0, None)), (None, None, None))
         gB = cute.local_tile(mB, cute.slice_(self.mma_tiler, (0, None, None)), (None, None, None))
         gD = cute.local_tile(mD, cute.slice_(self.mma_tiler, (None, None, 0)), (None, None, None))
+        # The same tiles of D's coordinates: where each accumulator lands, for the bias.
+        cD = cute.local_tile(cute.make_identity_tensor(mD.shape), cute.slice_(self.mma_tiler, (None, None, 0)),
+                             (None, None, None))
         thr_mma = tiled_mma.get_slice(cta_m % self.pair)
         acc_shape = tiled_mma.partition_shape_C(self.mma_tiler[:2])
         acc_layout = tiled_mma.make_fragment_C(cute.append(acc_shape, self.acc_stages)).layout
@@ -228,7 +245,8 @@ class Sm100Gemm(GemmKernelBase):
         elif warp == MMA_WARP:
             self.mma(ring, acc, tmem, tiled_mma, acc_layout, sA, sB, sched, k_blocks, is_leader, rank)
         else:
-            self.epilogue(acc, tmem, thr_mma, acc_layout, gD, sD, tma_d, epi_tile, sched, tidx, warp, rank)
+            self.epilogue(acc, tmem, thr_mma, acc_layout, gD, sD, tma_d, epi_tile, sched, tidx, warp, rank,
+                          cD, mD.shape[0], mD.shape[1], bias, alpha)
 
     # -- producer (TMA warp) -----------------------------------------------------------
 
@@ -333,7 +351,8 @@ class Sm100Gemm(GemmKernelBase):
 
     @cute.jit
     def epilogue(self, acc: AccRing, tmem, thr_mma, acc_layout, gD, sD, tma_d, epi_tile, sched,
-                 tidx: Int32, warp: Int32, rank):
+                 tidx: Int32, warp: Int32, rank, cD, extent_m: Int32, extent_n: Int32, bias: cute.Tensor,
+                 alpha: Float32):
         _, _, batches, _, _, cluster_id, num_clusters = sched
         clusters_m, clusters_n = sched[0], sched[1]
         tmem.allocate(self.tmem_columns)
@@ -354,6 +373,7 @@ class Sm100Gemm(GemmKernelBase):
         tTR_tAcc = thr_t2r.partition_S(tAcc_epi)
         tCgD_epi = cute.flat_divide(tCgD, epi_tile)
         tTR_gD = thr_t2r.partition_D(tCgD_epi)
+        tTR_cD = thr_t2r.partition_D(cute.flat_divide(_group_mma_modes(thr_mma.partition_C(cD)), epi_tile))
         tTR_rAcc = cute.make_rmem_tensor(tTR_gD[(None, None, None, 0, 0, 0, 0, 0)].shape, self.acc_dtype)
         tTR_rD = cute.make_rmem_tensor(tTR_rAcc.shape, self.d_dtype)
         # Registers -> shared memory, in the layout the TMA store reads.
@@ -381,8 +401,13 @@ class Sm100Gemm(GemmKernelBase):
             acc.epilogue_wait(acc_count)
             tTR_tile = cute.group_modes(tTR_tAcc[(None, None, None, None, None, acc.buffer(acc_count))], 3, 5)
             tDgD = cute.group_modes(tDgD_all[(None, None, None, mma_m, tile_n, batch)], 1, 3)
+            tTR_cD_tile = cute.group_modes(tTR_cD[(None, None, None, None, None, mma_m, tile_n, batch)], 3, 5)
             for e in cutlass.range_constexpr(subtiles):
                 cute.copy(t2r, tTR_tile[(None, None, None, e)], tTR_rAcc)
+                if cutlass.const_expr(self.spec.epilogue.fused):
+                    fuse_epilogue(tTR_rAcc, tTR_cD_tile[(None, None, None, e)], bias[(batch, None)], alpha,
+                                  extent_n if self.spec.epilogue.bias == "n" else extent_m, self.spec.epilogue,
+                                  True)
                 tRS_rD.store(r2s.retile(tTR_rAcc).load().to(self.d_dtype))
                 buf = epi_count % self.epi_stages
                 cute.copy(r2s, tRS_rD, tRS_sD[(None, None, None, buf)])

@@ -49,14 +49,14 @@ import cutlass.cute as cute
 import cutlass.pipeline
 import cutlass.memory
 import cutlass.utils.hopper_helpers as sm90_helpers
-from cutlass import Boolean, Int32
+from cutlass import Boolean, Float32, Int32
 
 from .. import config as cfg
 from ..grid import ceil_div
 from .. import hardware
 from .common import scheduler, split_k, stages
 from .common.base import GemmKernelBase
-from .common.epilogue import tma_store_subtile
+from .common.epilogue import fuse_epilogue, stage_bias, tma_store_subtile
 from .common.pipeline import SmemRing, produce_k_blocks, publish_barrier_init
 from .common.stages import empty_arrivals, release_mask
 from .common.views import gemm_views
@@ -116,8 +116,10 @@ class Sm90Gemm(GemmKernelBase):
         stream: cuda_driver.CUstream,
     ):
         """Host side. Operands arrive in torch layouts (see ``common.views``)."""
-        # Without split-K or stream-K there is no workspace; D stands in for it, unused.
-        self.launch(mA_torch, mB_torch, mD_torch, mD_torch, mD_torch, num_clusters, stream)
+        # Without split-K or stream-K there is no workspace, and without a fused
+        # epilogue no bias: D stands in for them, unused.
+        self.launch(mA_torch, mB_torch, mD_torch, mD_torch, mD_torch, mD_torch, Float32(1.0), num_clusters,
+                    stream)
 
     @cute.jit
     def call_with_workspace(
@@ -132,10 +134,10 @@ class Sm90Gemm(GemmKernelBase):
     ):
         """Host side of a split-K or stream-K kernel: also takes the workspace (int32
         arrival flags, fp32 partial sums; sizes from ``TileGrid.workspace_elems``)."""
-        self.launch(mA_torch, mB_torch, mD_torch, flags, partials, num_clusters, stream)
+        self.launch(mA_torch, mB_torch, mD_torch, flags, partials, mD_torch, Float32(1.0), num_clusters, stream)
 
     @cute.jit
-    def launch(self, mA_torch, mB_torch, mD_torch, flags, partials, num_clusters: Int32,
+    def launch(self, mA_torch, mB_torch, mD_torch, flags, partials, bias, alpha: Float32, num_clusters: Int32,
                stream: cuda_driver.CUstream):
         mA, mB, mD = gemm_views(mA_torch, mB_torch, mD_torch, self.spec.batched)
         m, k, batches = mA.shape
@@ -188,13 +190,16 @@ class Sm90Gemm(GemmKernelBase):
             self.ab_dtype, b_smem_one
         )
 
-        @cute.struct
-        class SharedStorage:
-            ring_barriers: cute.struct.MemRange[cutlass.Int64, 2 * self.num_stages]
-            sA: self.swizzled_buffer(self.ab_dtype, a_smem)
-            sB: self.swizzled_buffer(self.ab_dtype, b_smem)
-            sD: self.swizzled_buffer(self.d_dtype, d_smem)
-
+        fields = {
+            "ring_barriers": cute.struct.MemRange[cutlass.Int64, 2 * self.num_stages],
+            "sA": self.swizzled_buffer(self.ab_dtype, a_smem),
+            "sB": self.swizzled_buffer(self.ab_dtype, b_smem),
+            "sD": self.swizzled_buffer(self.d_dtype, d_smem),
+        }
+        if cutlass.const_expr(cfg.bias_tile_elems(self.spec) > 0):
+            # The fused epilogue's bias: one tile's stretch per set of epilogue buffers.
+            fields["sBias"] = self.bias_buffer(cfg.bias_tile_elems(self.spec))
+        SharedStorage = self.shared_storage(fields)
         self.shared_storage = SharedStorage
         # Recorded at trace time for the budget checks (compile.py, tests).
         self.smem_bytes = SharedStorage.size_in_bytes()
@@ -226,6 +231,8 @@ class Sm90Gemm(GemmKernelBase):
             k_blocks,
             flags,
             partials,
+            bias,
+            alpha,
         ).launch(
             grid=(self.config.cluster_m, self.config.cluster_n, num_clusters),
             block=(self.threads, 1, 1),
@@ -259,6 +266,8 @@ class Sm90Gemm(GemmKernelBase):
         k_blocks: Int32,
         flags: cute.Tensor,
         partials: cute.Tensor,
+        bias: cute.Tensor,
+        alpha: Float32,
     ):
         self.trace_point(TracePoint.ENTRY, flags)
         warp = cute.arch.make_warp_uniform(cute.arch.warp_idx())
@@ -290,6 +299,9 @@ class Sm90Gemm(GemmKernelBase):
         sA = storage.sA.get_tensor(a_smem.outer, swizzle=a_smem.inner)
         sB = storage.sB.get_tensor(b_smem.outer, swizzle=b_smem.inner)
         sD = storage.sD.get_tensor(d_smem.outer, swizzle=d_smem.inner)
+        sBias = sD  # stands in where the epilogue adds no bias
+        if cutlass.const_expr(cfg.bias_tile_elems(self.spec) > 0):
+            sBias = storage.sBias.get_tensor(cute.make_layout(cfg.bias_tile_elems(self.spec)))
 
         # Where this CTA sits in its cluster, and which output tile each work item is.
         cta_m, cta_n, cluster_id = cute.arch.block_idx()
@@ -305,7 +317,8 @@ class Sm90Gemm(GemmKernelBase):
         else:
             cute.arch.setmaxregister_increase(self.consumer_regs)
             self.consumer(
-                ring, tiled_mma, sA, sB, sD, tma_d, mD, sched, edges, k_blocks, tidx, warp, flags, partials
+                ring, tiled_mma, sA, sB, sD, tma_d, mD, sched, edges, k_blocks, tidx, warp, flags, partials,
+                bias, sBias, alpha,
             )
 
     # -- producer (TMA warp) -----------------------------------------------------------
@@ -496,7 +509,8 @@ class Sm90Gemm(GemmKernelBase):
 
     @cute.jit
     def consumer(self, ring: SmemRing, tiled_mma, sA, sB, sD, tma_d, mD, sched, edges, k_blocks: Int32,
-                 tidx: Int32, warp: Int32, flags: cute.Tensor, partials: cute.Tensor):
+                 tidx: Int32, warp: Int32, flags: cute.Tensor, partials: cute.Tensor, bias: cute.Tensor,
+                 sBias: cute.Tensor, alpha: Float32):
         clusters_m, clusters_n, batches, cta_m, cta_n, cluster_id, num_clusters = sched
         tiles_m, tiles_n, overhang_m, overhang_n = edges
         cm, cn = self.config.cluster_m, self.config.cluster_n
@@ -647,11 +661,25 @@ class Sm90Gemm(GemmKernelBase):
             if finishes_tile:
                 # ---- epilogue: registers -> smem -> TMA store, one sub-tile at a time ----
                 # Store where the producer loaded (a moved edge tile at its moved origin).
-                tile_origin = cute.domain_offset((scheduler.edge_tile_offset(tile_m, tiles_m, overhang_m),
-                                                  scheduler.edge_tile_offset(tile_n, tiles_n, overhang_n), 0), mD)
-                gD_tile = cute.local_tile(tile_origin, (self.tile_mnk[0], self.tile_mnk[1]),
-                                          (None, None, None))[(None, None, tile_m, tile_n, batch)]
+                origin_offset = (scheduler.edge_tile_offset(tile_m, tiles_m, overhang_m),
+                                 scheduler.edge_tile_offset(tile_n, tiles_n, overhang_n), 0)
+                gD_tile = self.tile_at(cute.domain_offset(origin_offset, mD), tile_m, tile_n, batch)
                 gD_epi = cute.zipped_divide(gD_tile, self.epi_tile)
+                bias_tile = sBias
+                if cutlass.const_expr(self.spec.epilogue.bias != ""):
+                    # The tile's stretch of the bias into shared memory, read below by
+                    # the tile-local coordinate of each value.
+                    along_n = self.spec.epilogue.bias == "n"
+                    length = self.tile_mnk[1] if along_n else self.tile_mnk[0]
+                    bias_tile = cute.make_tensor(sBias.iterator + first_buffer // self.epi_stages * length,
+                                                 cute.make_layout(length))
+                    origin = (tile_n * self.tile_mnk[1] + origin_offset[1] if along_n
+                              else tile_m * self.tile_mnk[0] + origin_offset[0])
+                    stage_bias(bias_tile, bias, batch, origin, mD.shape[1] if along_n else mD.shape[0],
+                               tile_tidx, tile_threads, epi_barrier)
+                # Where each sub-tile's values sit in the tile.
+                cD_epi = cute.flat_divide(cute.make_identity_tensor((self.tile_mnk[0], self.tile_mnk[1])),
+                                          self.epi_tile)
                 tDsD, tDgD = cute.nvgpu.cpasync.tma_partition(
                     tma_d, 0, cute.make_layout(1), cute.group_modes(sD, 0, 2), gD_epi
                 )
@@ -664,6 +692,10 @@ class Sm90Gemm(GemmKernelBase):
                     e_d = e // columns_of_subtiles + rows_of_subtiles * (e % columns_of_subtiles)
                     for v in cutlass.range_constexpr(frag_size):
                         tRS_rAcc[v] = tRS_acc[e * frag_size + v]
+                    if cutlass.const_expr(self.spec.epilogue.fused):
+                        e_m, e_n = e_d % rows_of_subtiles, e_d // rows_of_subtiles
+                        fuse_epilogue(tRS_rAcc, thr_r2s.partition_S(cD_epi[(None, None, e_m, e_n)]), bias_tile,
+                                      alpha, 0, self.spec.epilogue, False)
                     tRS_rD.store(tRS_rAcc.load().to(self.d_dtype))
                     buf = first_buffer + epi_count % self.epi_stages
                     cute.copy(r2s, tRS_rD, tRS_sD[(None, None, None, buf)])
@@ -675,6 +707,11 @@ class Sm90Gemm(GemmKernelBase):
         if is_store_warp:
             cute.arch.cp_async_bulk_wait_group(0, read=True)
         self.trace_point(TracePoint.EXIT, flags, read)
+
+    def tile_at(self, mX: cute.Tensor, tile_m, tile_n, batch) -> cute.Tensor:
+        """The (tile_m, tile_n) output tile of batch ``batch`` of an (M, N, L) tensor."""
+        return cute.local_tile(mX, (self.tile_mnk[0], self.tile_mnk[1]), (None, None, None))[
+            (None, None, tile_m, tile_n, batch)]
 
     # -- trace points ---------------------------------------------------------------------
 

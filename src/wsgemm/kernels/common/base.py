@@ -7,6 +7,7 @@ and live here once.
 
 from __future__ import annotations
 
+import cuda.bindings.driver as cuda_driver
 import cutlass
 import cutlass.cute as cute
 import cutlass.tensor_utils
@@ -51,6 +52,37 @@ class GemmKernelBase:
         bits that an offset inside an atom would change."""
         return cute.struct.Align[cute.struct.MemRange[dtype, cute.cosize(layout)],
                                  hardware.SWIZZLE_ATOM_ALIGNMENT_BYTES]
+
+    @cute.jit
+    def call_with_epilogue(
+        self,
+        mA_torch: cute.Tensor,
+        mB_torch: cute.Tensor,
+        mD_torch: cute.Tensor,
+        flags: cute.Tensor,
+        partials: cute.Tensor,
+        bias: cute.Tensor,
+        alpha: cutlass.Float32,
+        num_clusters: cutlass.Int32,
+        stream: cuda_driver.CUstream,
+    ):
+        """Host side of a kernel with a fused epilogue (``spec.epilogue``): also takes
+        the bias, (batches or 1, length), and ``alpha``. ``flags`` and ``partials`` are
+        the split-K / stream-K workspace where the spec has one, else D again; D also
+        stands in for a bias the epilogue does not add."""
+        self.launch(mA_torch, mB_torch, mD_torch, flags, partials, bias, alpha, num_clusters, stream)
+
+    @staticmethod
+    def shared_storage(fields: dict):
+        """The CTA's shared-storage struct with ``fields`` (name: field type), in order.
+        Built here, outside the DSL's rewriting of jit functions, where a field present
+        only for some specs (a class-body ``if``) would become a runtime branch."""
+        return cute.struct(type("SharedStorage", (), {"__annotations__": dict(fields)}))
+
+    @staticmethod
+    def bias_buffer(elems: int):
+        """Shared-storage field type of the fused epilogue's fp32 bias stretch."""
+        return cute.struct.Align[cute.struct.MemRange[cutlass.Float32, elems], 16]
 
     @cute.jit
     def tile_of(self, work, sched):
