@@ -24,7 +24,7 @@ from benchmarks.maint import result_files
 ROOT = Path(__file__).resolve().parents[1]
 
 BENCH_DIR = ROOT / "benchmarks"
-USER_SCRIPTS = ("suite", "plot", "bench_overhead", "bench_compile", "bench_fused")
+USER_SCRIPTS = ("suite", "plot", "bench_overhead", "bench_compile", "bench_fused", "bench_first_call")
 MAINT_TOOLS = ("sweep_configs", "tune", "tuned_table", "sustained", "retune_sustained", "baseline", "kernel_timeline",
                "ncu_kernels", "ncu_summary", "model_regret", "plan_diff", "result_files")
 # Measurements of the hardware the kernels rely on, each a script with its CUDA source beside it.
