@@ -61,6 +61,30 @@ def test_the_report_has_each_cases_cycles_statistics_and_the_measured_clock():
     assert "try_waits per loop 1" in text and "0_ns: 308" in text
 
 
+
+def test_the_committed_h100_run_says_what_producer_lookahead_md_reads_in_it():
+    """benchmarks/results/trywait_probe_h100.json: a pending probe read at once takes the
+    time limit in every call, unless lane 0's bulk-copy block (BULK_AFTER) ran before it
+    in the same launch; then it answers in ~50 cycles, as in the older setup."""
+    path = probe.SOURCE.parent / "results" / "trywait_probe_h100.json"
+    report = json.loads(path.read_text())
+    assert report["gpu"].startswith("NVIDIA H100") and report["sm_clock_mhz"] == 1980
+    cases = {case["label"]: case["cycles"] for case in report["cases"]}
+    took_the_limit = lambda cycles: all(7700 < c < 7800 for c in cycles)  # noqa: E731
+    answered_at_once = lambda cycles: all(c < 100 for c in cycles)  # noqa: E731
+    assert took_the_limit(cases["unhinted, selp"]) and took_the_limit(cases["unhinted, predicated store"])
+    assert took_the_limit(cases["old setup - BULK_AFTER"])
+    for label in ("clean + BULK_AFTER", "old setup", "old setup, selp"):
+        first, *rest = cases[label]
+        assert took_the_limit([first]) and answered_at_once(rest), label
+    added = [label for label in cases if label.startswith("clean + ")]
+    removed = [label for label in cases if label.startswith("old setup - ")]
+    assert len(added) == len(removed) == 9
+    assert [label for label in added if not took_the_limit(cases[label])] == ["clean + BULK_AFTER"]
+    assert [label for label in removed if took_the_limit(cases[label])] == ["old setup - BULK_AFTER"]
+    assert cases["unhinted, predicate read after the clock read"][0] < 100
+    assert max(cases["lane 0: unhinted try_wait, then cp.async.bulk issue"]) < 200
+
 @pytest.fixture(scope="module")
 def probe_sass(tmp_path_factory):
     """The probe kernels' SASS: {form number: instructions of the clean case}."""

@@ -13,13 +13,16 @@ pending probe whose predicate is not read costs 3 cycles, a shared-memory load a
 26 cycles (24 alone), a bulk copy's issue 19 (14 alone). With a ``suspendTimeHint`` the
 warp slept (308 cycles at 0 ns, ~14,000 at 10 us).
 
-**Conclusion.** The ~50-cycle answer holds in this setup only: its pending barrier has
-count 2 with one arrival, and its loop orders other probes and waits around the timed
-one. On a clean pending barrier the answer waits for the phase, up to a time limit of
-~7,770 cycles; ``benchmarks/trywait_probe.py`` measures both and varies this setup's
-conditions one at a time. Where the probe sits in the producer's loop barely matters
-(``benchmarks/studies/bench_lookahead.py``: 0-3 %); ``before_copy`` stays. Tuning log:
-docs/tuning-log/lookahead.md; the whole answer: docs/producer-lookahead.md.
+**Conclusion.** The ~50-cycle answer holds in this setup only, and comes from the bulk
+copies its loop issues (each waited for with a blocking wait) after the timed probes,
+so before the next repetition's: ``benchmarks/trywait_probe.py``, varying this setup's
+conditions one at a time on an H100 (``results/trywait_probe_h100.json``), found that
+this block alone makes the pending answer ~50 cycles and that without it every call
+takes the limit. On a warp that has not issued bulk copies the answer waits for the
+phase, up to a time limit of 7,772 cycles (3.9 us). Where the probe sits in the
+producer's loop barely matters (``benchmarks/studies/bench_lookahead.py``: 0-3 %);
+``before_copy`` stays. Tuning log: docs/tuning-log/lookahead.md; the whole answer:
+docs/producer-lookahead.md.
 
 PTX says ``try_wait`` "causes the executing thread to wait until the specified phase
 completes or a system-dependent time limit expires" and that it is a "potentially

@@ -177,7 +177,7 @@ def _shorten(text: str, width: int) -> str:
 
 
 def show_timelines(png_dir: Path | None) -> None:
-    print("\n4. Timeline MODEL (H200 latencies, measured or assumed; not a measurement)")
+    print("\n4. Timeline MODEL (latencies measured on an H100 or an H200, or assumed; not a measurement)")
     for structure in Structure:
         spec = timeline_spec(structure)
         print(f"\n   {structure.value}: {spec.stages} stages, {spec.tiles} tiles of {spec.k_blocks} k-blocks")
@@ -185,7 +185,7 @@ def show_timelines(png_dir: Path | None) -> None:
         print("   " + format_report(timelines).replace("\n", "\n   "))
         blocking = compare_policies(spec, Latencies(probe_blocks_issue=True))
         print("   ... if a pending try_wait also stopped the warp's issue (probe_blocks_issue=True; "
-              "measured on an H200: it does not):")
+              "measured on an H100 and an H200: it does not):")
         print("   " + "\n   ".join(format_report(blocking).splitlines()[2:]))
         if png_dir is not None:
             png_dir.mkdir(parents=True, exist_ok=True)

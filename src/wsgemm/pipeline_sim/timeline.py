@@ -1,12 +1,12 @@
 """A timeline of the modelled pipeline: the same roles and machine as the checker,
 scheduled by time under a simple latency model. THIS IS A MODEL, NOT A MEASUREMENT.
 
-Every number in :class:`Latencies` is either measured on an H200 by this project's
-microbenchmark or an assumption, and says which, next to where it comes from. The
-simulation answers "under these costs, where does each role wait, and does the
-look-ahead placement change what the tensor core sees?" -- it cannot say what an
-H200 does. Use it to reason about orders of magnitude and about which
-parameter a conclusion depends on; sweep the assumptions.
+Every number in :class:`Latencies` is either measured by this project's
+microbenchmarks (one warp, on an H100 or an H200) or an assumption, and says which,
+next to where it comes from. The simulation answers "under these costs, where does
+each role wait, and does the look-ahead placement change what the tensor core
+sees?" -- it cannot say what a GPU does. Use it to reason about orders of magnitude
+and about which parameter a conclusion depends on; sweep the assumptions.
 
 How time is modelled:
 
@@ -15,8 +15,8 @@ How time is modelled:
   phase is complete, else when the phase completes (+ ``wake_us``) or after
   ``try_wait_limit_us``, whichever is first (PTX: the thread "may be suspended"
   until then, up to a "system-dependent time limit"). Whether the warp keeps
-  issuing the instructions after the probe meanwhile, PTX does not say; the H200
-  microbenchmark says it does (``probe_blocks_issue=False``: it stalls only where
+  issuing the instructions after the probe meanwhile, PTX does not say; the
+  measurements say it does (``probe_blocks_issue=False``: it stalls only where
   the answer is used). ``True`` models the other reading, under which the
   placement of the look-ahead probe matters;
 * a blocking wait that passes at once costs one probe round trip; one that blocks
@@ -65,14 +65,18 @@ class Latencies:
     mma_us_per_kblock: float = 0.56
     # MEASURED: try_wait on a completed phase, answer used at once: 50 cycles.
     probe_us: float = 0.025
-    # MEASURED (docs/producer-lookahead.md, part 2; one warp, H100 and H200): try_wait on
-    # a pending phase without a suspendTimeHint (what the kernels issue) answers
-    # false after ~7,770 cycles, 3.9 us at 1.98 GHz, unless the phase completes first.
-    try_wait_limit_us: float = 3.92
-    # MEASURED: a pending try_wait whose answer is not used yet costs the warp 3
-    # cycles, and an ld.shared or cp.async.bulk issued after it is not delayed: the
-    # warp only waits where the answer is read. True models the literal reading of
-    # PTX's "the thread may be suspended" instead.
+    # MEASURED (benchmarks/results/trywait_probe_h100.json; H200 independently ~7,760):
+    # try_wait on a pending phase without a suspendTimeHint (what the kernels issue),
+    # on a warp that has not issued bulk copies, answers false after 7,772 cycles,
+    # 3.925 us at 1,980 MHz, unless the phase completes first. After the warp has
+    # issued bulk copies and waited for them it answered false in ~50 cycles; the model's
+    # times are the same either way (docs/producer-lookahead.md, parts 2 and 4).
+    try_wait_limit_us: float = 3.925
+    # MEASURED: a pending try_wait whose answer is not read yet does not stop the warp
+    # (H100: 55 cycles to the next clock read on a clean barrier, 60 with a bulk copy's
+    # issue behind it; H200 microbenchmark: 3 cycles, an ld.shared or cp.async.bulk
+    # after it not delayed): the warp only waits where the answer is read. True models
+    # the literal reading of PTX's "the thread may be suspended" instead.
     probe_blocks_issue: bool = False
     # ASSUMPTION: a warp resumes ~100 cycles after the phase it blocks on completes
     # (the blocking wait is a try_wait loop with a 10 ms suspend hint).
