@@ -41,9 +41,9 @@ def asks_for_epilogue(bias, activation, alpha) -> bool:
 # Validation: every argument checked before anything is planned or compiled
 # --------------------------------------------------------------------------------------
 
-def check_epilogue_args(bias, activation, alpha, shape: tuple, device=None) -> None:
-    """Raise for a bias, activation or alpha that the epilogue cannot take. ``shape``:
-    the result's; ``device``: the operands' (None while tracing: devices unchecked)."""
+def check_epilogue_args(bias, activation, alpha, shape: tuple) -> None:
+    """Raise for a bias, activation or alpha that the epilogue cannot take (``shape``:
+    the result's); also what the operator's fake implementation runs."""
     if activation is not None and activation not in ACTIVATIONS:
         raise ValueError(f"activation={activation!r} is not supported; choose one of {list(ACTIVATIONS)} or None "
                          "('gelu' is the exact erf form, 'gelu_tanh' torch's approximate='tanh')")
@@ -67,8 +67,6 @@ def check_epilogue_args(bias, activation, alpha, shape: tuple, device=None) -> N
         expected = f"({n},) or ({shape[0]}, {n})" if len(shape) == 3 else f"({n},)"
         raise ShapeError(f"bias has shape {tuple(bias.shape)}; for a result of shape {tuple(shape)} it must be "
                          f"{expected}")
-    if device is not None and bias.device != device:
-        raise DeviceError(f"bias is on {bias.device} but the operands are on {device}")
 
 
 def epilogue_spec(bias, activation, alpha) -> cfg.Epilogue:
@@ -102,7 +100,7 @@ def gemm_fused_eager(a, b, bias=None, activation=None, alpha=1.0, out=None, out_
     try:
         key = (plans.call_signature(a, b, out, out_dtype, config, read_before_wait),
                None if bias is None else (bias.shape, bias.stride(), bias.dtype, bias.get_device()),
-               activation, alpha != 1.0)
+               activation, type(alpha), alpha != 1.0)
         plan = plans.lookup_plan(key)
     except (AttributeError, TypeError):
         key, plan = None, None
@@ -110,7 +108,8 @@ def gemm_fused_eager(a, b, bias=None, activation=None, alpha=1.0, out=None, out_
         shape, _, _, _ = plans.validate_shapes_and_dtypes(a, b, out, out_dtype, config)
         check_epilogue_args(bias, activation, alpha, shape)
         plans.validate(a, b, out, out_dtype, config)  # devices
-        check_epilogue_args(bias, activation, alpha, shape, a.device)
+        if bias is not None and bias.device != a.device:
+            raise DeviceError(f"bias is on {bias.device} but the operands are on {a.device}")
         epilogue = epilogue_spec(bias, activation, alpha)
         if not epilogue.fused:  # alpha=1, say: the plain product's route
             return plans.gemm_eager(a, b, out, out_dtype, config, read_before_wait)
@@ -189,13 +188,13 @@ def fused_backward(grad, a, b, bias, out, activation, alpha, needs, product):
     if needs[0] or needs[1]:
         scaled = grad_z * alpha if alpha != 1.0 else grad_z
         grad_a, grad_b = product_gradients(a, b, scaled, needs[0], needs[1],
-                                    lambda x, y, dtype: product(x, y, dtype, None, 1.0))
+                                           lambda x, y, dtype: product(x, y, dtype, None, 1.0))
     return grad_a, grad_b, grad_bias
 
 
 def _eager_product(x, y, out_dtype, bias=None, alpha=1.0):
     if (x.requires_grad or y.requires_grad or (bias is not None and bias.requires_grad)) and torch.is_grad_enabled():
-        return FusedGemm.apply(x, y, bias, "", alpha, out_dtype)
+        return FusedGemm.apply(x, y, bias, None, alpha, out_dtype)
     return gemm_fused_eager(x, y, bias, None, alpha, None, out_dtype)
 
 
