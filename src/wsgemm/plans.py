@@ -209,6 +209,9 @@ class Plan:
     def run_fused(self, a, b, out, bias, alpha: float):
         """``run`` for a plan whose epilogue is fused: ``bias`` is (batches or 1, length)
         with unit stride along its length, or None (``wsgemm.fused`` prepares it)."""
+        if devices.several_gpus() and self.device.index != torch.cuda.current_device():
+            with torch.cuda.device(self.device):  # the kernel launches on the current device's stream
+                return self.run_fused(a, b, out, bias, alpha)
         if out is None:
             out = torch.empty(*self.shape, dtype=self.dtype, device=self.device)
         fused = (bias, float(alpha))
