@@ -201,3 +201,36 @@ def test_linear_keeps_its_activation():
     fused_layer = wsgemm.nn.Linear.from_linear(layer, activation="gelu")
     assert fused_layer.activation == "gelu" and "activation='gelu'" in repr(fused_layer)
     assert wsgemm.nn.Linear(8, 4, activation="silu").activation == "silu"
+
+
+def test_a_compiled_fused_linear_traces_into_one_operator_call():
+    layer = wsgemm.nn.Linear(32, 64, dtype=torch.bfloat16, device="meta", activation="gelu")
+    x = torch.empty(8, 32, dtype=torch.bfloat16, device="meta")
+    with torch.no_grad():
+        explanation = torch._dynamo.explain(layer)(x)
+    assert explanation.graph_break_count == 0
+    calls = [n for g in explanation.graphs for n in g.graph.nodes if "gemm_epilogue" in str(n.target)]
+    assert len(calls) == 1 and "gelu" in calls[0].args
+
+
+def _torch_fused_eager(a, b, bias=None, activation=None, alpha=1.0, out=None, out_dtype=None, config=None,
+                       read_before_wait=""):
+    """The fused route's kernel on the CPU: the exact result, in the result's dtype."""
+    z = _torch_product(a, b, torch.float32, bias, alpha)
+    return fused.reference_activation(z, activation or "").to(out_dtype or a.dtype)
+
+
+@pytest.mark.parametrize("activation", [None, "relu", "silu"])
+def test_eager_autograd_records_the_fused_call_and_its_backward(monkeypatch, activation):
+    monkeypatch.setattr(fused, "gemm_fused_eager", _torch_fused_eager)
+    a = torch.randn(6, 8, dtype=torch.float64, requires_grad=True)
+    w = torch.randn(5, 8, dtype=torch.float64, requires_grad=True)
+    bias = torch.randn(5, dtype=torch.float64, requires_grad=True)
+    y = wsgemm.gemm(a, w.t(), bias=bias, activation=activation, alpha=2.0)
+    assert y.grad_fn.name() == "FusedGemmBackward"
+    grad = torch.randn_like(y)
+    y.backward(grad)
+    a2, w2, b2 = (t.detach().clone().requires_grad_() for t in (a, w, bias))
+    fused.reference_activation(2.0 * a2 @ w2.t() + b2, activation or "").backward(grad)
+    for got, want in ((a.grad, a2.grad), (w.grad, w2.grad), (bias.grad, b2.grad)):
+        torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)  # the stand-in multiplies in fp32
