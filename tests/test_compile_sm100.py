@@ -47,7 +47,7 @@ def assert_sm100_structure(spec, compiled):
     counts = count_instructions(ptx)
     for instruction in ("tcgen05.mma", "tcgen05.alloc", "tcgen05.dealloc", "tcgen05.ld", "tcgen05.commit"):
         assert counts[instruction] >= 1, f"{instruction} missing"
-    assert counts["tcgen05.alloc"] == counts["tcgen05.dealloc"] == 1
+    assert counts["tcgen05.alloc"] == counts["tcgen05.dealloc"] == counts["tcgen05.relinquish_alloc_permit"] == 1
     assert counts["mbarrier::complete_tx"] >= 2  # A and B loads complete on the full barrier
     assert ".global.shared::cta.tile.bulk_group" in ptx  # the TMA store of D
     assert "tcgen05.fence::before_thread_sync" in ptx and "tcgen05.fence::after_thread_sync" in ptx

@@ -3,15 +3,18 @@ a 2-CTA pair, remote arrivals, tensor memory per SM and co-resident clusters. Th
 kernel's protocol is safe in every interleaving for 1x1, 2x1 and 2x1 2-CTA clusters
 and in random schedules of 4x2 ones; each planted cluster bug is caught."""
 
+from dataclasses import replace
+
 import pytest
 
 from wsgemm import GemmConfig
 from wsgemm import config as cfg
 from wsgemm.config import Lookahead
 from wsgemm.kernels.common.stages import empty_arrivals
-from wsgemm.pipeline_sim import Violation, explore_exhaustively, explore_randomly
+from wsgemm.pipeline_sim import Machine, ProtocolViolation, Violation, explore_exhaustively, explore_randomly
 from wsgemm.pipeline_sim.cluster import ClusterFault, ClusterSpec, build_cluster
-from wsgemm.pipeline_sim.ops import ArriveExpectTx, Commit, IssueMma, TmaLoad, TmemAlloc, TmemDealloc
+from wsgemm.pipeline_sim.machine import Step
+from wsgemm.pipeline_sim.ops import ArriveExpectTx, Commit, IssueMma, TmaLoad, TmemAlloc, TmemDealloc, TmemRelinquish
 
 POLICIES = list(Lookahead)
 ONE = dict()
@@ -122,9 +125,31 @@ def test_each_cta_allocates_its_columns_and_a_pair_deallocates_together():
     epilogue = model.programs[model.role_names.index("CTA 1 epilogue")]
     alloc = next(op for op in epilogue if isinstance(op, TmemAlloc))
     assert (alloc.sm, alloc.columns) == (1, cfg.tmem_columns(cluster(PAIR).kernel))
-    ops = [type(op).__name__ for op in epilogue[-4:]]
-    assert ops == ["TmemRelinquish", "Arrive", "Wait", "TmemDealloc"]
+    # The permit is given up right after the one allocation, as the kernel does.
+    assert epilogue[:2] == (TmemAlloc(1, 1, alloc.columns), TmemRelinquish(1))
+    assert sum(isinstance(op, TmemRelinquish) for op in epilogue) == 1
+    ops = [type(op).__name__ for op in epilogue[-3:]]
+    assert ops == ["Arrive", "Wait", "TmemDealloc"]
     assert epilogue[-1] == TmemDealloc(1, (1, 0))
+
+
+def test_an_allocation_after_the_permit_is_given_up_is_caught():
+    # The allocator gives the permit up right after its allocation; one more
+    # tcgen05.alloc after that (room for it on the SM: 256 of 512 columns) is what PTX
+    # forbids, and the machine says so.
+    spec = cluster(dict(tile_n=128), Lookahead.NONE, stages=1, tiles=1, k_blocks=1)
+    model = build_cluster(spec)
+    role = model.role_names.index("CTA 0 epilogue")
+    alloc, relinquish = model.programs[role][:2]
+    assert alloc.columns == 256
+    again = replace(model, programs=tuple((alloc, relinquish, alloc) if r == role else program
+                                          for r, program in enumerate(model.programs)))
+    machine = Machine(again)
+    machine.apply(Step("role", role))
+    machine.apply(Step("role", role))
+    with pytest.raises(ProtocolViolation) as caught:
+        machine.apply(Step("role", role))
+    assert caught.value.kind is Violation.ALLOC_AFTER_RELINQUISH
 
 
 # -- planted bugs are caught ----------------------------------------------------------------

@@ -2,9 +2,12 @@
 the PTX the compiler emitted (no GPU): the SM90 consumer arrives on ``empty[s]`` after
 ``wgmma.wait_group``; the SM100 MMA warp releases its slot with a ``tcgen05.commit``
 issued after the MMAs that read it; the SM100 epilogue arrives on ``acc_empty`` after
-``tcgen05.wait::ld``. The pipeline model assumes these orders (its releases happen when
-the reads are done); these checks tie the model to the code. Moving a release in
-front of its guard makes them fail, as the second half shows on edited PTX."""
+``tcgen05.wait::ld``; and the SM100 allocator gives its tensor-memory allocation permit
+up right after its one ``tcgen05.alloc``, before any MMA can start. The pipeline model
+assumes these orders (its releases happen when the reads are done, its allocator
+relinquishes right after allocating); these checks tie the model to the code. Moving a
+release in front of its guard, or the relinquish back to the end, makes them fail, as
+the second half shows on edited PTX."""
 
 import re
 
@@ -14,11 +17,15 @@ from wsgemm import GemmConfig
 from wsgemm import config as cfg
 from wsgemm.compile import compile_spec
 from wsgemm.inspection import ptx_loop_around, releases_before_their_guard
+from wsgemm.kernels.sm100 import TMEM_ALLOC_BARRIER_ID
 
 ARRIVE = r"mbarrier\.arrive(?!\.expect_tx)"  # a plain arrive (the producer's announce excluded)
 WGMMA, WGMMA_WAIT = r"wgmma\.mma_async", r"wgmma\.wait_group"
 TC_MMA, TC_COMMIT = r"tcgen05\.mma\.", r"tcgen05\.commit\."
 TC_LD, TC_WAIT_LD = r"tcgen05\.ld\.", r"tcgen05\.wait::ld"
+TC_ALLOC, TC_RELINQUISH, TC_DEALLOC = r"tcgen05\.alloc\.", r"tcgen05\.relinquish_alloc_permit\.", r"tcgen05\.dealloc\."
+# The named barrier on which the allocating warp hands the allocation to the MMA warp.
+ALLOC_BARRIER = rf"\bbar(?:rier)?\.sync(?:\.aligned)?\s+{TMEM_ALLOC_BARRIER_ID}\b"
 
 
 @pytest.fixture(scope="module")
@@ -29,6 +36,12 @@ def sm90_ptx():
 @pytest.fixture(scope="module")
 def sm100_ptx():
     return compile_spec(cfg.make_spec("sm100", "bf16", "bf16", "k", "k", "n", GemmConfig()), keep_artifacts=True).ptx
+
+
+@pytest.fixture(scope="module")
+def sm100_pair_ptx():
+    spec = cfg.make_spec("sm100", "bf16", "bf16", "k", "k", "n", GemmConfig(cluster_m=2, two_cta=True))
+    return compile_spec(spec, keep_artifacts=True).ptx
 
 
 def sm90_consumer_releases_after_wait(ptx: str) -> bool:
@@ -48,6 +61,26 @@ def sm100_epilogue_releases_after_wait_ld(ptx: str) -> bool:
     loop = ptx_loop_around(ptx, TC_LD)
     releases = [line for line in loop if re.search(ARRIVE, line)]
     return bool(releases) and not releases_before_their_guard(loop, TC_LD, TC_WAIT_LD, ARRIVE)
+
+
+def sm100_permit_relinquished_after_the_allocation(ptx: str) -> bool:
+    """The one ``tcgen05.relinquish_alloc_permit`` comes right after the one
+    ``tcgen05.alloc``: before the named barrier that hands the allocation to the MMA
+    warp -- which passes the same barrier before its first ``tcgen05.mma``, so no MMA
+    runs before the permit is given up -- and before the epilogue's first ``tcgen05.ld``."""
+    lines = ptx.splitlines()
+
+    def where(pattern):
+        return [i for i, line in enumerate(lines) if re.search(pattern, line)]
+
+    allocs, relinquishes, barriers = where(TC_ALLOC), where(TC_RELINQUISH), where(ALLOC_BARRIER)
+    mmas, loads = where(TC_MMA), where(TC_LD)
+    if len(allocs) != 1 or len(relinquishes) != 1 or not (mmas and loads):
+        return False
+    alloc, relinquish = allocs[0], relinquishes[0]
+    handover = next((b for b in barriers if b > alloc), None)
+    mma_gate = any(b < min(mmas) for b in barriers)
+    return handover is not None and mma_gate and alloc < relinquish < handover < min(loads)
 
 
 def test_every_release_follows_the_instruction_that_makes_it_safe(sm90_ptx, sm100_ptx):
@@ -93,6 +126,23 @@ def test_an_sm100_slot_commit_before_the_mmas_fails(sm100_ptx):
     loop = "\n".join(ptx_loop_around(sm100_ptx, TC_MMA))
     moved = move_line(loop, TC_COMMIT, TC_MMA)
     assert not sm100_slot_commits_follow_the_mmas(moved)
+
+
+@pytest.mark.parametrize("which", ["sm100_ptx", "sm100_pair_ptx"])
+def test_the_tmem_permit_is_relinquished_right_after_the_allocation(which, request):
+    # As CUTLASS's kernel: the CTA allocates once, so it gives the permit up at once
+    # (a 2-CTA pair with the cta_group::2 form, like its alloc).
+    ptx = request.getfixturevalue(which)
+    assert sm100_permit_relinquished_after_the_allocation(ptx)
+    group = "cta_group::2" if which == "sm100_pair_ptx" else "cta_group::1"
+    assert f"tcgen05.relinquish_alloc_permit.{group}" in ptx
+
+
+def test_a_permit_relinquished_at_the_end_fails(sm100_ptx):
+    # Where the kernel used to give it up: next to tcgen05.dealloc, after the tile loop.
+    moved = move_line(sm100_ptx, TC_RELINQUISH, TC_DEALLOC)
+    assert sm100_permit_relinquished_after_the_allocation(sm100_ptx)
+    assert not sm100_permit_relinquished_after_the_allocation(moved)
 
 
 def test_an_sm100_accumulator_release_before_wait_ld_fails(sm100_ptx):

@@ -19,6 +19,7 @@ KEY_INSTRUCTIONS = {
     "tcgen05.mma": "Blackwell MMA into tensor memory",
     "tcgen05.alloc": "tensor-memory allocation",
     "tcgen05.dealloc": "tensor-memory release",
+    "tcgen05.relinquish_alloc_permit": "the CTA gives up allocating tensor memory",
     "tcgen05.ld": "tensor memory -> registers",
     "tcgen05.commit": "MMA completion -> mbarrier",
     "cp.async.bulk.tensor": "TMA copy (load or store)",

@@ -20,8 +20,9 @@ Warp roles of a CTA (6 warps, 192 threads), following CUTLASS's
   buffer, ``tcgen05.ld`` it sub-tile by sub-tile, convert, ``st.shared`` and TMA-store
   D, releasing the buffer once the last sub-tile is in shared memory (before its
   TMA store, as CUTLASS's epilogue releases before its last store); ``acc_stages >= 2``
-  buffers let the epilogue of one tile overlap the mainloop of the next. Warp 0 allocates TMEM before the loop and
-  frees it at the end.
+  buffers let the epilogue of one tile overlap the mainloop of the next. Warp 0 allocates TMEM before the loop,
+  relinquishes the allocation permit right after (the CTA's one allocation), and frees
+  the columns at the end.
 
 Pipelines: ``SmemRing`` (TMA -> UMMA) and ``AccRing`` (UMMA -> epilogue), both from
 :mod:`.common.pipeline`; scheduling from :mod:`.common.scheduler`, as on SM90.
@@ -356,6 +357,9 @@ class Sm100Gemm(GemmKernelBase):
         _, _, batches, _, _, cluster_id, num_clusters = sched
         clusters_m, clusters_n = sched[0], sched[1]
         tmem.allocate(self.tmem_columns)
+        # The CTA's one allocation: give the permit up at once, as CUTLASS does, before
+        # the named barrier that lets the MMA warp start.
+        tmem.relinquish_alloc_permit()
         tmem.wait_for_alloc()
         tmem_ptr = tmem.retrieve_ptr(self.acc_dtype)
         # ((atom_m, mma_m), (atom_n, mma_n), buffers): accumulators as an M x N tile.
@@ -424,7 +428,6 @@ class Sm100Gemm(GemmKernelBase):
         if is_store_warp:
             cute.arch.cp_async_bulk_wait_group(0, read=True)
         epi_barrier.arrive_and_wait()  # every warp finished reading TMEM before it is freed
-        tmem.relinquish_alloc_permit()
         # The address again from shared memory, not kept in a register across the tile
         # loop: there it sat in the way of the 32 consecutive registers of each
         # tcgen05.ld, and ptxas spilled it to local memory in some configurations.

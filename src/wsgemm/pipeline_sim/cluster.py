@@ -20,10 +20,11 @@ and the functions the kernel calls):
   reaches both CTAs' ``acc_full``; both CTAs' epilogue warps release the leader's
   ``acc_empty``;
 * **tensor memory per SM**: each CTA's epilogue allocates its columns
-  (``tcgen05.alloc`` blocks while its SM has too few free), the MMA warp waits for the
-  allocation, and at the end the allocator relinquishes the permit and deallocates; a
-  pair first hand-shakes on its ``tmem_dealloc`` barriers so that neither frees the
-  pair's columns while the other still reads them (``TmemAllocator.free``);
+  (``tcgen05.alloc`` blocks while its SM has too few free) and relinquishes the
+  allocation permit right after, the MMA warp waits for the allocation, and at the end
+  the allocator deallocates; a pair first hand-shakes on its ``tmem_dealloc`` barriers
+  so that neither frees the pair's columns while the other still reads them
+  (``TmemAllocator.free``);
 * **co-resident clusters**: when shared memory lets several CTAs share an SM
   (:class:`.residency.Residency`), the other clusters' CTAs are there too, reduced to
   what :mod:`.residency` keeps of them: allocate on their SM, run until all of their
@@ -341,7 +342,7 @@ def build_cluster(spec: ClusterSpec) -> ClusterModel:
             role = add(r, "mma", mma, queue=sum(q is not None for q in queues))
             for t in pair_ctas:
                 readers_by_cta[t] = frozenset({role})
-        add(r, "epilogue", (TmemAlloc(r, r, columns), *sm100_epilogue(spec, acc_rings[r], part=r),
+        add(r, "epilogue", (TmemAlloc(r, r, columns), TmemRelinquish(r), *sm100_epilogue(spec, acc_rings[r], part=r),
                             *_release_tmem(spec, r, dealloc)))
 
     # Other clusters on the same SMs, as residency.py models them.
@@ -376,9 +377,8 @@ def build_cluster(spec: ClusterSpec) -> ClusterModel:
 
 
 def _release_tmem(spec: ClusterSpec, r: int, dealloc: dict[int, int]):
-    """The end of the epilogue (``Sm100Gemm.epilogue``, ``TmemAllocator.free``): give up
-    the permit, hand-shake with the pair's peer, deallocate."""
-    yield TmemRelinquish(r)
+    """The end of the epilogue (``Sm100Gemm.epilogue``, ``TmemAllocator.free``):
+    hand-shake with the pair's peer, deallocate."""
     if spec.pair == 2:
         if spec.fault is not ClusterFault.DEALLOC_BEFORE_PEER_READ:
             yield Arrive(dealloc[r ^ 1], hardware.WARP_SIZE, 0)
