@@ -14,7 +14,7 @@ from wsgemm.kernels.common.stages import empty_arrivals
 from wsgemm.pipeline_sim import Machine, ProtocolViolation, Violation, explore_exhaustively, explore_randomly
 from wsgemm.pipeline_sim.cluster import ClusterFault, ClusterSpec, build_cluster
 from wsgemm.pipeline_sim.machine import Step
-from wsgemm.pipeline_sim.ops import ArriveExpectTx, Commit, IssueMma, TmaLoad, TmemAlloc, TmemDealloc, TmemRelinquish
+from wsgemm.pipeline_sim.ops import ArriveExpectTx, Commit, IssueMma, TmaLoad, TmemAlloc, TmemDealloc
 
 POLICIES = list(Lookahead)
 ONE = dict()
@@ -125,27 +125,27 @@ def test_each_cta_allocates_its_columns_and_a_pair_deallocates_together():
     epilogue = model.programs[model.role_names.index("CTA 1 epilogue")]
     alloc = next(op for op in epilogue if isinstance(op, TmemAlloc))
     assert (alloc.sm, alloc.columns) == (1, cfg.tmem_columns(cluster(PAIR).kernel))
-    # The permit is given up right after the one allocation, as the kernel does.
-    assert epilogue[:2] == (TmemAlloc(1, 1, alloc.columns), TmemRelinquish(1))
-    assert sum(isinstance(op, TmemRelinquish) for op in epilogue) == 1
+    # The first op allocates and gives the permit up right after, as the kernel does;
+    # there is no other allocation.
+    assert epilogue[0] == TmemAlloc(1, 1, alloc.columns, relinquish=True)
+    assert sum(isinstance(op, TmemAlloc) for op in epilogue) == 1
     ops = [type(op).__name__ for op in epilogue[-3:]]
     assert ops == ["Arrive", "Wait", "TmemDealloc"]
     assert epilogue[-1] == TmemDealloc(1, (1, 0))
 
 
 def test_an_allocation_after_the_permit_is_given_up_is_caught():
-    # The allocator gives the permit up right after its allocation; one more
-    # tcgen05.alloc after that (room for it on the SM: 256 of 512 columns) is what PTX
-    # forbids, and the machine says so.
+    # The allocator gives the permit up with its allocation; one more tcgen05.alloc
+    # after that (room for it on the SM: 256 of 512 columns) is what PTX forbids, and
+    # the machine says so.
     spec = cluster(dict(tile_n=128), Lookahead.NONE, stages=1, tiles=1, k_blocks=1)
     model = build_cluster(spec)
     role = model.role_names.index("CTA 0 epilogue")
-    alloc, relinquish = model.programs[role][:2]
-    assert alloc.columns == 256
-    again = replace(model, programs=tuple((alloc, relinquish, alloc) if r == role else program
+    alloc = model.programs[role][0]
+    assert alloc.relinquish and alloc.columns == 256
+    again = replace(model, programs=tuple((alloc, alloc) if r == role else program
                                           for r, program in enumerate(model.programs)))
     machine = Machine(again)
-    machine.apply(Step("role", role))
     machine.apply(Step("role", role))
     with pytest.raises(ProtocolViolation) as caught:
         machine.apply(Step("role", role))
