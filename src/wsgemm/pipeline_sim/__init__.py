@@ -12,6 +12,8 @@
   multicast copies, remote arrivals, the leader's expect_tx of both CTAs' bytes,
   tensor memory allocated per SM, co-resident clusters and CTA exit, checked by the
   same machine and checker.
+* :mod:`.reduction` -- partial-order reduction for the exhaustive checker: a persistent
+  subset of the steps at each state, enough to enumerate 4x2 clusters.
 * :mod:`.residency` -- clusters sharing SMs reduced to their tensor-memory allocations:
   every order of allocations, checked for the deadlock of two clusters each holding
   one SM's columns.

@@ -6,7 +6,10 @@ Two ways to explore the same machine (:mod:`.machine`):
   (any role's next op, any TMA copy landing, any MMA group or commit completing),
   remembering each state it has seen so that orders reaching the same state are
   explored once. For small rings, tile and k-block counts this visits the whole
-  state space: no deadlock and no violation there is a proof for that size.
+  state space: no deadlock and no violation there is a proof for that size. With
+  ``reduce=True`` it takes at each state only a persistent subset of the steps
+  (:mod:`.reduction`), which reaches the same verdict on far fewer states: enough to
+  enumerate a 4x2 cluster.
 * :func:`explore_randomly` -- many random schedules to completion, for sizes whose
   state space is too large to enumerate; finding nothing is evidence, not proof.
   Each run gives every role and the hardware its own random speed, so slow
@@ -26,6 +29,7 @@ from dataclasses import dataclass, field
 
 from .cluster import ClusterSpec, build_cluster
 from .machine import Machine, ProtocolViolation, Violation
+from .reduction import Reduction
 from .roles import KernelModel, build_kernel
 from .spec import PipelineSpec
 
@@ -50,8 +54,10 @@ class CheckResult:
     exhaustive: bool  # True: every interleaving (up to the state limit); False: random runs
     states: int  # distinct states visited (exhaustive) or steps executed (random)
     completed_runs: int  # executions that reached the end (distinct end states when exhaustive)
-    complete: bool  # exhaustive search ended before the state limit (always False for random)
+    complete: bool  # exhaustive search visited all it set out to (always False for random)
     findings: dict[Violation, Finding] = field(default_factory=dict)
+    reduced: bool = False  # exhaustive over a persistent subset of the steps (.reduction)
+    stopped_at: Violation | None = None  # ended at the first finding of this kind
 
     @property
     def kinds(self) -> set[Violation]:
@@ -67,26 +73,54 @@ class CheckResult:
             self.findings[violation.kind] = Finding(violation.kind, violation.message, tuple(trace)[-TRACE_TAIL:])
 
     def summary(self) -> str:
-        how = (f"exhaustive, {self.states} states" + ("" if self.complete else " (state limit hit)")
-               if self.exhaustive else f"random, {self.completed_runs} runs, {self.states} steps")
+        if not self.exhaustive:
+            how = f"random, {self.completed_runs} runs, {self.states} steps"
+        else:
+            how = "exhaustive" + (", reduced" if self.reduced else "") + f", {self.states} states"
+            if self.stopped_at is not None:
+                how += f" (stopped at the first {self.stopped_at.value})"
+            elif not self.complete:
+                how += " (state limit hit)"
         verdict = "safe" if self.safe else "caught: " + ", ".join(sorted(k.value for k in self.kinds))
         return f"{verdict} ({how})"
 
 
-def explore_exhaustively(spec: PipelineSpec | ClusterSpec, max_states: int = 500_000) -> CheckResult:
-    """Visit every reachable state of ``spec`` (depth-first, memoised)."""
-    result = CheckResult(spec, exhaustive=True, states=1, completed_runs=0, complete=True)
-    root = Machine(build_model(spec))
+def explore_exhaustively(spec: PipelineSpec | ClusterSpec, max_states: int = 500_000, *, reduce: bool = False,
+                         until: Violation | None = None) -> CheckResult:
+    """Visit every reachable state of ``spec`` (depth-first, memoised).
+
+    ``reduce``: at each state take only a persistent subset of the enabled steps and
+    merge states that differ only in tokens no op will act on (:mod:`.reduction`);
+    the verdict and the kinds of violation found are the same. ``until``: stop at the
+    first finding of that kind (a counterexample, not a proof of anything else).
+    """
+    kernel = build_model(spec)
+    reduction = Reduction(kernel) if reduce else None
+    result = CheckResult(spec, exhaustive=True, states=1, completed_runs=0, complete=True, reduced=reduce)
+    root = Machine(kernel)
     seen = {root.key()}
-    if not root.enabled_steps():  # every role blocked at its first instruction
+
+    def choices(machine: Machine):
+        steps = machine.enabled_steps()
+        return steps, reduction.persistent(machine, steps) if reduction else steps
+
+    def stop() -> bool:
+        if until is not None and until in result.findings:
+            result.complete, result.stopped_at = False, until
+            return True
+        return False
+
+    enabled, chosen = choices(root)
+    if not enabled:  # every role blocked at its first instruction
         _judge_end(root, result, [])
         return result
-    # Each frame: a state, its enabled steps, and how many of them were tried.
-    stack = [[root, root.enabled_steps(), 0]]
+    # Each frame: a state, the steps to try there, how many were tried, and all its
+    # enabled steps (to fall back on when a chosen step raises).
+    stack = [[root, chosen, 0, enabled]]
     path: list[str] = []  # path[i] = the step from stack[i] to stack[i + 1]
     while stack:
         frame = stack[-1]
-        machine, steps, tried = frame
+        machine, steps, tried, enabled = frame
         if tried == len(steps):
             stack.pop()
             if path:
@@ -99,7 +133,13 @@ def explore_exhaustively(spec: PipelineSpec | ClusterSpec, max_states: int = 500
             child.apply(step)
         except ProtocolViolation as v:
             result.record(v, path + [machine.describe(step)])
+            if stop():
+                break
+            if len(steps) < len(enabled):  # no other violation may hide behind this one
+                frame[1] = steps + [s for s in enabled if s not in steps]
             continue
+        if reduction:
+            reduction.forget_tokens(child)
         key = child.key()
         if key in seen:
             continue
@@ -107,12 +147,14 @@ def explore_exhaustively(spec: PipelineSpec | ClusterSpec, max_states: int = 500
         if len(seen) > max_states:
             result.complete = False
             break
-        child_steps = child.enabled_steps()
-        if child_steps:
-            stack.append([child, child_steps, 0])
+        child_enabled, child_chosen = choices(child)
+        if child_enabled:
+            stack.append([child, child_chosen, 0, child_enabled])
             path.append(machine.describe(step))
         else:
             _judge_end(child, result, path + [machine.describe(step)])
+            if stop():
+                break
     result.states = len(seen)
     return result
 

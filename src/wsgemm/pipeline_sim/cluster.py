@@ -47,7 +47,7 @@ from .. import hardware
 from ..config import Lookahead
 from ..kernels.common.protocol import SM100_EPILOGUE_WARPS
 from ..kernels.common.stages import empty_arrivals, release_mask
-from .ops import Arrive, TmaLoad, TmemAlloc, TmemDealloc, TmemRelinquish, Wait, WaitTmemAllocated
+from .ops import Arrive, TmaLoad, TmemAlloc, TmemDealloc, Wait, WaitTmemAllocated
 from .residency import Residency
 from .roles import KernelModel, RingModel, producer, sm100_epilogue, sm100_mma
 
@@ -342,7 +342,8 @@ def build_cluster(spec: ClusterSpec) -> ClusterModel:
             role = add(r, "mma", mma, queue=sum(q is not None for q in queues))
             for t in pair_ctas:
                 readers_by_cta[t] = frozenset({role})
-        add(r, "epilogue", (TmemAlloc(r, r, columns), TmemRelinquish(r), *sm100_epilogue(spec, acc_rings[r], part=r),
+        # The allocator relinquishes the permit right after its one allocation.
+        add(r, "epilogue", (TmemAlloc(r, r, columns, relinquish=True), *sm100_epilogue(spec, acc_rings[r], part=r),
                             *_release_tmem(spec, r, dealloc)))
 
     # Other clusters on the same SMs, as residency.py models them.

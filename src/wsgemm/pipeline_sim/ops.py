@@ -285,20 +285,27 @@ class StoreTile(Op):
 @dataclass(frozen=True)
 class TmemAlloc(Op):
     """``tcgen05.alloc``: take ``columns`` of SM ``sm``'s tensor memory for CTA ``cta``;
-    blocks until that many are free."""
+    blocks until that many are free. With ``relinquish``, followed by
+    ``tcgen05.relinquish_alloc_permit`` (the CTA will allocate no more) as one step: the
+    permit is read only by the CTA's own later allocations, so no other step can tell
+    the two instructions apart in time."""
 
     cta: int
     sm: int
     columns: int
+    relinquish: bool = False
 
     def ready(self, m, role):
         return m.tmem_free[self.sm] >= self.columns
 
     def run(self, m, role):
         m.tmem_allocate(self)
+        if self.relinquish:
+            m.tmem_relinquish(self.cta)
 
     def describe(self, m):
-        return f"tcgen05.alloc {self.columns} columns on SM {self.sm}"
+        text = f"tcgen05.alloc {self.columns} columns on SM {self.sm}"
+        return text + "; tcgen05.relinquish_alloc_permit" if self.relinquish else text
 
 
 @dataclass(frozen=True)
@@ -317,19 +324,6 @@ class WaitTmemAllocated(Op):
 
     def describe(self, m):
         return "wait until CTA" + "s" * (len(self.ctas) > 1) + " " + ", ".join(map(str, self.ctas)) + " allocated"
-
-
-@dataclass(frozen=True)
-class TmemRelinquish(Op):
-    """``tcgen05.relinquish_alloc_permit``: CTA ``cta`` will allocate no more."""
-
-    cta: int
-
-    def run(self, m, role):
-        m.tmem_relinquish(self.cta)
-
-    def describe(self, m):
-        return "tcgen05.relinquish_alloc_permit"
 
 
 @dataclass(frozen=True)
