@@ -7,7 +7,10 @@ Three child processes, each timing its own ``import wsgemm`` and calls:
    a float32 reference; the C++ host fast path builds in the background meanwhile;
 2. **the same cache, a new process**: the same call, everything loaded from disk;
 3. **precompile, another empty cache**: ``wsgemm.precompile`` of the ``llm`` suite's
-   shapes (``benchmarks/shapes.py``), then one of them called.
+   shapes (``benchmarks/shapes.py``), then one of them called;
+4. **QuACK, where installed**: the same first call through ``quack.gemm_interface.gemm``
+   (its heuristic config) in a new process, with CuTe DSL's disk cache pointed at an empty
+   directory, beside wsgemm's.
 
     python -m benchmarks.bench_first_call [--out DIR]
 
@@ -63,9 +66,34 @@ print(json.dumps({"import_s": t_import, "shapes": len(mnk), "precompile_s": t_pr
                   "first_call_shape": [m, n, k]}))
 """
 
+QUACK_FIRST_CALL = r"""
+import json, time
+t0 = time.perf_counter()
+import torch
+from benchmarks.harness import quack_gemm
+gemm, note = quack_gemm(autotune=False)
+t_import = time.perf_counter() - t0
+if gemm is None:
+    print(json.dumps({"skipped": note}))
+    raise SystemExit
+a = torch.randn(3000, 2000, device="cuda").bfloat16()
+w = torch.randn(1000, 2000, device="cuda").bfloat16()
+torch.cuda.synchronize()
+t0 = time.perf_counter()
+d = gemm(a, w.t())
+torch.cuda.synchronize()
+first = time.perf_counter() - t0
+ref = a.float() @ w.float().t()
+error = ((d.float() - ref).norm() / ref.norm()).item()
+t0 = time.perf_counter(); gemm(a, w.t()); torch.cuda.synchronize(); second = time.perf_counter() - t0
+print(json.dumps({"import_s": t_import, "first_call_s": first, "second_call_s": second, "relative_error": error,
+                  "implementation": note}))
+"""
+
 
 def child(code: str, cache: str) -> dict:
-    env = dict(os.environ, WSGEMM_CACHE_DIR=cache)
+    # CUTE_DSL_CACHE_DIR: CuTe DSL's own disk cache of compiled kernels (QuACK's), fresh too.
+    env = dict(os.environ, WSGEMM_CACHE_DIR=cache, CUTE_DSL_CACHE_DIR=os.path.join(cache, "cute-dsl"))
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=900,
                          cwd=Path(__file__).resolve().parents[1])
     if out.returncode:
@@ -86,6 +114,9 @@ def main(argv=None) -> int:
     with tempfile.TemporaryDirectory() as fresh, tempfile.TemporaryDirectory() as other:
         rows = {"empty cache": child(FIRST_CALL, fresh), "same cache, new process": child(FIRST_CALL, fresh),
                 "precompile llm suite, empty cache": child(PRECOMPILE, other)}
+        quack = child(QUACK_FIRST_CALL, other)
+        if "skipped" not in quack:
+            rows["QuACK, empty cache"] = quack
     print(f"{gpu}; 3000x1000x2000 bf16")
     for name, row in rows.items():
         print(f"{name:<36}" + "  ".join(f"{k} {v:.3g}" if isinstance(v, float) else f"{k} {v}"
