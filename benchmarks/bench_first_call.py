@@ -9,8 +9,8 @@ Three child processes, each timing its own ``import wsgemm`` and calls:
 3. **precompile, another empty cache**: ``wsgemm.precompile`` of the ``llm`` suite's
    shapes (``benchmarks/shapes.py``), then one of them called;
 4. **QuACK, where installed**: the same first call through ``quack.gemm_interface.gemm``
-   (its heuristic config) in a new process, with CuTe DSL's disk cache pointed at an empty
-   directory, beside wsgemm's.
+   (its heuristic config) in a new process, its kernel cache and CuTe DSL's pointed at an
+   empty directory, beside wsgemm's.
 
     python -m benchmarks.bench_first_call [--out DIR]
 
@@ -92,8 +92,10 @@ print(json.dumps({"import_s": t_import, "first_call_s": first, "second_call_s": 
 
 
 def child(code: str, cache: str) -> dict:
-    # CUTE_DSL_CACHE_DIR: CuTe DSL's own disk cache of compiled kernels (QuACK's), fresh too.
-    env = dict(os.environ, WSGEMM_CACHE_DIR=cache, CUTE_DSL_CACHE_DIR=os.path.join(cache, "cute-dsl"))
+    # Every disk cache a first call could hit, fresh: CuTe DSL's own (its parsed sources)
+    # and QuACK's compiled kernels.
+    env = dict(os.environ, WSGEMM_CACHE_DIR=cache, CUTE_DSL_CACHE_DIR=os.path.join(cache, "cute-dsl"),
+               QUACK_CACHE_DIR=os.path.join(cache, "quack"))
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=900,
                          cwd=Path(__file__).resolve().parents[1])
     if out.returncode:
