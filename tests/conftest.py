@@ -44,3 +44,19 @@ def fake_cuda_events(monkeypatch):
         monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
 
     return install
+
+
+@pytest.fixture
+def traced_calls():
+    """``trace(module, x, target)``: ``torch._dynamo`` traces ``module(x)`` without
+    grad; returns the graph-break count and the traced nodes whose target names
+    ``target`` (e.g. one of wsgemm's operators)."""
+    import torch
+
+    def trace(module, x, target: str):
+        with torch.no_grad():
+            explanation = torch._dynamo.explain(module)(x)
+        nodes = [n for g in explanation.graphs for n in g.graph.nodes if target in str(n.target)]
+        return explanation.graph_break_count, nodes
+
+    return trace

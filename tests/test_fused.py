@@ -203,13 +203,11 @@ def test_linear_keeps_its_activation():
     assert wsgemm.nn.Linear(8, 4, activation="silu").activation == "silu"
 
 
-def test_a_compiled_fused_linear_traces_into_one_operator_call():
+def test_a_compiled_fused_linear_traces_into_one_operator_call(traced_calls):
     layer = wsgemm.nn.Linear(32, 64, dtype=torch.bfloat16, device="meta", activation="gelu")
     x = torch.empty(8, 32, dtype=torch.bfloat16, device="meta")
-    with torch.no_grad():
-        explanation = torch._dynamo.explain(layer)(x)
-    assert explanation.graph_break_count == 0
-    calls = [n for g in explanation.graphs for n in g.graph.nodes if "gemm_epilogue" in str(n.target)]
+    graph_breaks, calls = traced_calls(layer, x, "gemm_epilogue")
+    assert graph_breaks == 0
     assert len(calls) == 1 and "gelu" in calls[0].args
 
 

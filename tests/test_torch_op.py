@@ -141,14 +141,12 @@ def test_linear_promises_its_weight_only_where_asked_and_no_autograd_records(mon
     assert promised == ["", "b", "b", "", "b", ""]
 
 
-def test_a_compiled_linear_carries_its_promise_into_the_traced_operator():
+def test_a_compiled_linear_carries_its_promise_into_the_traced_operator(traced_calls):
     layer = wsgemm.nn.Linear(32, 64, bias=False, dtype=torch.bfloat16, device="meta")
     layer.read_weight_before_wait = True
     x = torch.empty(8, 32, dtype=torch.bfloat16, device="meta")
-    with torch.no_grad():
-        explanation = torch._dynamo.explain(layer)(x)
-    assert explanation.graph_break_count == 0
-    calls = [n for g in explanation.graphs for n in g.graph.nodes if "wsgemm" in str(n.target)]
+    graph_breaks, calls = traced_calls(layer, x, "wsgemm")
+    assert graph_breaks == 0
     assert len(calls) == 1 and "b" in calls[0].args
 
 
