@@ -241,7 +241,7 @@ def write_report(rows: dict, args, name: str, title: str, command: str) -> int:
     lines += ["", f"Regenerate: `{command}`"]
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    write_results(out / f"{name}.json.gz", report)
+    write_results(out / f"{name}.json", report)
     (out / f"{name}.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
     return 0

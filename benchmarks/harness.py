@@ -20,6 +20,7 @@ import dataclasses
 import inspect
 import json
 import platform
+import shlex
 import statistics
 import subprocess
 import time
@@ -32,16 +33,15 @@ import wsgemm
 import wsgemm.timing
 from wsgemm import devices, plans, tuning
 
-from benchmarks.maint.result_files import RESULTS, load_json, read_bytes, regenerate_command, write_text
-
 __all__ = [
     "DTYPES", "RESULTS", "TOLERANCE", "add_flush_option", "baseline_gemm", "check", "cuda_kernel_events",
-    "default_config_with", "default_problem", "environment", "gpu_of", "gpu_state", "kernel_spans", "load_json",
+    "default_config_with", "default_problem", "environment", "gpu_of", "gpu_state", "kernel_spans",
     "make_operands", "operands", "parse_shapes", "plan_text", "planning_policy", "policy_modules", "quack_gemm",
-    "read_bytes", "regenerate_command", "results_json", "rounded", "summarize", "time_interleaved",
-    "within_tolerance", "write_results", "write_text",
+    "regenerate_command", "results_json", "rounded", "summarize", "time_interleaved", "within_tolerance",
+    "write_results",
 ]
 
+RESULTS = Path(__file__).resolve().parent / "results"  # plain JSON reports; the tuning log's in tuning-log/
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 # The largest relative Frobenius error from the float32 reference a correct output has,
 # per input dtype (bf16 keeps 8 mantissa bits, fp16 11).
@@ -206,10 +206,18 @@ def results_json(report: dict) -> str:
     return json.dumps(rounded(report), separators=(",", ":")) + "\n"
 
 
+def regenerate_command(module: str, argv: list[str]) -> str:
+    """The command line that wrote a report, ``python -m <module> ...`` (``module``
+    e.g. ``benchmarks.suite``, run from the repository root), quoted for a shell,
+    without ``--out`` (the GPU machine's output folder, not where the report ends up)."""
+    kept = [arg for arg, before in zip(argv, [None, *argv])
+            if arg != "--out" and before != "--out" and not arg.startswith("--out=")]
+    return shlex.join(["python", "-m", module, *kept])
+
+
 def write_results(path: Path, report: dict) -> None:
-    """Write ``report`` as :func:`results_json` to ``path``, gzipped where the name ends
-    in ``.gz`` (``benchmarks.maint.result_files``)."""
-    write_text(path, results_json(report))
+    """Write ``report`` to ``path`` as :func:`results_json`, a plain JSON file."""
+    Path(path).write_text(results_json(report))
 
 
 # ------------------------------------------------------------- the default path's plans

@@ -1,10 +1,9 @@
 """Render a ``benchmarks.suite`` result: markdown table + summary, and a PNG plot.
 
 Needs only the JSON (and matplotlib for the plot), so results re-render on any
-machine, archived ones too (``benchmarks/results/archive.tar.xz``, read by the name
-they are cited by):
+machine:
 
-    python -m benchmarks.plot benchmarks/results/suite_prefill.json.gz
+    python -m benchmarks.plot benchmarks/results/suite_prefill.json
 
 writes ``suite_prefill.md`` and ``suite_prefill.png`` beside the JSON. The suite
 writes both itself after every run.
@@ -14,11 +13,10 @@ from __future__ import annotations
 
 import argparse
 import io
+import json
 import math
 import sys
 from pathlib import Path
-
-from benchmarks.maint.result_files import load_json
 
 REFERENCE = "torch.matmul"  # every ratio is against cuBLAS
 SUBJECT = "wsgemm"  # the implementation the peak columns are about
@@ -272,15 +270,13 @@ def smallest_png(png: bytes) -> bytes:
 
 
 def read_report(json_path: Path) -> dict:
-    """A suite result, from ``<name>.json`` or, as older ablations are kept to save
-    space, gzipped ``<name>.json.gz``."""
-    return load_json(json_path)
+    """A suite result, from ``<name>.json``."""
+    return json.loads(Path(json_path).read_text())
 
 
 def write_outputs(report: dict, json_path: Path) -> tuple[Path, Path]:
-    """Write ``<name>.md`` and ``<name>.png`` beside ``json_path`` (``<name>.json`` or
-    ``<name>.json.gz``)."""
-    stem = json_path.name.removesuffix(".gz").removesuffix(".json")
+    """Write ``<name>.md`` and ``<name>.png`` beside ``json_path`` (``<name>.json``)."""
+    stem = json_path.name.removesuffix(".json")
     md_path, png_path = json_path.with_name(f"{stem}.md"), json_path.with_name(f"{stem}.png")
     md_path.write_text(render_markdown(report))
     render_plot(report, png_path)
@@ -290,7 +286,7 @@ def write_outputs(report: dict, json_path: Path) -> tuple[Path, Path]:
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m benchmarks.plot", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("json", type=Path, help="a result JSON written by benchmarks.suite (.json or .json.gz)")
+    p.add_argument("json", type=Path, help="a result JSON written by benchmarks.suite")
     args = p.parse_args(argv)
     report = read_report(args.json)
     for path in write_outputs(report, args.json):

@@ -19,14 +19,13 @@ from pathlib import Path
 import pytest
 
 from benchmarks import plot, shapes
-from benchmarks.maint import result_files
 
 ROOT = Path(__file__).resolve().parents[1]
 
 BENCH_DIR = ROOT / "benchmarks"
 USER_SCRIPTS = ("suite", "plot", "bench_overhead", "bench_compile", "bench_fused", "bench_first_call")
 MAINT_TOOLS = ("sweep_configs", "tune", "tuned_table", "sustained", "retune_sustained", "baseline", "kernel_timeline",
-               "ncu_kernels", "ncu_summary", "model_regret", "plan_diff", "result_files")
+               "ncu_kernels", "ncu_summary", "model_regret", "plan_diff")
 # Measurements of the hardware the kernels rely on, each a script with its CUDA source beside it.
 PROBES = ("trywait_probe",)
 STUDIES = ("back_to_back_kernels", "bench_compiled_decode", "bench_lookahead", "clock_throttle", "deep_k_blocks",
@@ -249,9 +248,7 @@ def test_markdown_table_summary_failures_and_configurations():
     assert plot.CUT_SHORT in plot.render_markdown(report)
 
 
-def test_plot_renders_beside_a_plain_or_gzipped_report(tmp_path):
-    import gzip
-
+def test_plot_renders_beside_its_report(tmp_path):
     pytest.importorskip("matplotlib")
     report = synthetic_report(extra_rows=60)
     json_path = tmp_path / "synthetic.json"
@@ -260,9 +257,6 @@ def test_plot_renders_beside_a_plain_or_gzipped_report(tmp_path):
     png = tmp_path / "synthetic.png"
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size < 100_000
     assert (tmp_path / "synthetic.md").read_text() == plot.render_markdown(report)
-    gz = tmp_path / "ablation.json.gz"
-    gz.write_bytes(gzip.compress(json.dumps(report).encode()))
-    assert plot.main([str(gz)]) == 0 and (tmp_path / "ablation.md").exists()
 
 
 def test_triton_module_imports_without_triton(monkeypatch):
@@ -347,8 +341,9 @@ def test_operands_come_in_the_suites_layouts(harness):
 def test_reports_round_their_floats_and_record_a_module_command(harness, tmp_path):
     report = {"ms": 0.123456789, "rows": [{"us": [12.3456789, 3]}], "name": "x"}
     assert json.loads(harness.results_json(report)) == {"ms": 0.12346, "rows": [{"us": [12.346, 3]}], "name": "x"}
-    harness.write_results(tmp_path / "r.json.gz", report)
-    assert harness.load_json(tmp_path / "r.json.gz")["ms"] == 0.12346
+    harness.write_results(tmp_path / "r.json", report)
+    assert json.loads((tmp_path / "r.json").read_text())["ms"] == 0.12346
+    assert harness.RESULTS == BENCH_DIR / "results"
     command = harness.regenerate_command("benchmarks.maint.sustained", [
         "--suite", "llm", "--bands", "", "--out", "/root/out", "--filter", "M=16384|16384\\^3", "--out=/tmp/x"])
     assert command == "python -m benchmarks.maint.sustained --suite llm --bands '' --filter 'M=16384|16384\\^3'"
@@ -539,11 +534,11 @@ def test_tune_autotunes_every_problem_and_keeps_the_autotune_file(monkeypatch, t
     plan = types.SimpleNamespace(spec=types.SimpleNamespace(config=wsgemm.GemmConfig()))
     monkeypatch.setattr(plans, "make_plan", lambda *args: plan)
     monkeypatch.setattr(autotune, "cache_path", lambda: cache)
-    saved = tmp_path / "runs" / "run.json.gz"
+    saved = tmp_path / "runs" / "run.json"
     assert tune.main(["--suite", "decode", "--filter", "8b o", "--save", str(saved)]) == 0
     labels = [p.label for p in shapes.select(["decode"], "8b o")]
     assert [label for label, _ in tuned] == labels and {config for _, config in tuned} == {"autotune"}
-    assert result_files.load_json(saved) == json.loads(cache.read_text())
+    assert saved.read_text() == cache.read_text()  # the autotuner's file as it wrote it
     assert f"[{len(labels)}/{len(labels)}]" in capsys.readouterr().out
 
 
@@ -556,13 +551,13 @@ def tuned_table():
     return importlib.import_module("benchmarks.maint.tuned_table")
 
 
-RESULTS = BENCH_DIR / "results"
-TABLE_RUNS = [RESULTS / f"autotune_h200_{run}.json.gz" for run in "cdefg"]
-TABLE_SUPERSEDING = [RESULTS / f"autotune_h200_{run}.json.gz" for run in ("i", "j", "q", "r_sustained", "s")]
+TUNING_LOG_RESULTS = BENCH_DIR / "results" / "tuning-log"
+TABLE_RUNS = [TUNING_LOG_RESULTS / f"autotune_h200_{run}.json" for run in "cdefg"]
+TABLE_SUPERSEDING = [TUNING_LOG_RESULTS / f"autotune_h200_{run}.json" for run in ("i", "j", "q", "r_sustained", "s")]
 
 
 def test_the_packaged_table_is_what_the_tool_merges_from_the_committed_runs(tuned_table, tmp_path):
-    """The committed (archived) autotune runs, in the older key format, give the
+    """The committed autotune runs, in the older key format, give the
     packaged table's winners; regenerating over the packaged file keeps its
     provenance and states the runs it read."""
     packaged = json.loads(tuned_table.TARGET.read_text())
@@ -576,7 +571,7 @@ def test_the_packaged_table_is_what_the_tool_merges_from_the_committed_runs(tune
     assert (new["gpu"], new["measured_on"], new["measured"]) == (old["gpu"], old["measured_on"], old["measured"])
     assert written["about"] == packaged["about"]
     runs, newer = tuned_table.read_sources(new["source"])
-    assert runs[-1] == "benchmarks/results/autotune_h200_g.json.gz" and len(newer) == 5
+    assert runs[-1] == "benchmarks/results/tuning-log/autotune_h200_g.json" and len(newer) == 5
     # One winner a line, as the packaged file is written.
     assert tuned_table.render(written) == out.read_text()
     assert '    "bf16->bf16|kkn|m<=128|n=10240|k=8192|l=1": {"cluster_m": 2, "tile_m": 64, "tile_n": 160},\n' \
@@ -735,12 +730,13 @@ def test_retune_sustained_takes_a_config_only_where_it_wins_both_protocols():
 
 
 def test_the_committed_sustained_retune_regenerates_and_ships_in_the_table(tuned_table):
-    """``autotune_h200_r_sustained.json.gz`` (older keys) follows from the committed
+    """``autotune_h200_r_sustained.json`` (older keys) follows from the committed
     back-to-back reports, and the packaged table holds its winners."""
     retune = importlib.import_module("benchmarks.maint.retune_sustained")
-    reports = [retune.load_run(RESULTS / f"{name}.json.gz") for name in ("retune_m16384_b2b", "retune_m4096_b2b")]
+    reports = [retune.load_run(TUNING_LOG_RESULTS / f"{name}.json")
+               for name in ("retune_m16384_b2b", "retune_m4096_b2b")]
     entries = retune.entries_from(reports, retune.MIN_GAIN, retune.SINGLE_TOLERANCE)
-    committed = retune.load_run(RESULTS / "autotune_h200_r_sustained.json.gz")
+    committed = retune.load_run(TUNING_LOG_RESULTS / "autotune_h200_r_sustained.json")
     assert entries == {"|".join(tuned_table.split_key(key)[:2]): entry for key, entry in committed.items()}
     assert len(entries) == 6
     (table,) = json.loads(tuned_table.TARGET.read_text())["tables"]
@@ -866,7 +862,7 @@ def test_host_overhead_report_is_named_by_its_kind_and_lists_every_call(overhead
     args = overhead.argparse.Namespace(calls=100, repeats=15, out=str(tmp_path))
     assert overhead.write_report(rows, args, "host_overhead_decode", "Host time per call (decode)",
                                  "python -m benchmarks.bench_overhead --decode --calls 100") == 0
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["host_overhead_decode.json.gz", "host_overhead_decode.md"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["host_overhead_decode.json", "host_overhead_decode.md"]
     table = (tmp_path / "host_overhead_decode.md").read_text()
     assert "| 1x6144x4096 (swap) | `wsgemm.gemm(a, w.t())` | 11.80 | 11.60 | 12.60 |" in table
     assert "Regenerate: `python -m benchmarks.bench_overhead --decode --calls 100`" in table
@@ -967,44 +963,6 @@ def test_a_baseline_exports_another_commits_package_beside_this_one(tmp_path):
     older = b'_OP = "wsgemm::gemm"\n@torch.library.custom_op(_OP, mutates_args=())'
     assert baseline.renamed(Path("ops.py"), older).startswith(b'_OP = "wsgemm_base::gemm"')
     assert baseline.renamed(Path("api.py"), older) == older
-
-
-# ---------------------------------------------------------------------- result files
-
-
-def test_result_files_are_plain_or_gzipped_by_their_name(tmp_path):
-    report = {"shape": [512, 4096, 4096], "us": [25.5, 25.1, 26.0]}
-    for name in ("run.json", "run.json.gz"):
-        result_files.write_text(tmp_path / name, json.dumps(report))
-        assert result_files.load_json(tmp_path / name) == report
-    gzipped = (tmp_path / "run.json.gz").read_bytes()
-    assert gzipped[:2] == b"\x1f\x8b"
-    result_files.write_text(tmp_path / "run.json.gz", json.dumps(report))
-    assert (tmp_path / "run.json.gz").read_bytes() == gzipped  # no timestamp: same report, same bytes
-    assert result_files.RESULTS == BENCH_DIR / "results"
-
-
-def test_reports_moved_into_the_archive_are_read_by_the_names_they_had(tmp_path, capsys):
-    reports = {"sweep_a.json.gz": {"us": {"128x64 c1x1": [12.5, 12.0, 13.1]}},
-               "sweep_b.json": {"us": {"64x128 c2x1": [20.25, 20.0, 21.0]}}}
-    for name, report in reports.items():
-        result_files.write_text(tmp_path / name, json.dumps(report))
-    result_files.move_into_archive([tmp_path / "sweep_a.json.gz"])
-    result_files.move_into_archive([tmp_path / "sweep_b.json"])
-    assert sorted(p.name for p in tmp_path.iterdir()) == [result_files.ARCHIVE]
-    for name, report in reports.items():
-        assert result_files.load_json(tmp_path / name) == report
-    packed = (tmp_path / result_files.ARCHIVE).read_bytes()
-    result_files.write_archive(tmp_path, dict(reversed(list(result_files.archived(tmp_path).items()))))
-    assert (tmp_path / result_files.ARCHIVE).read_bytes() == packed  # same reports, same bytes
-    result_files.write_text(tmp_path / "sweep_a.json.gz", "{}")
-    with pytest.raises(ValueError, match="sweep_a.json is archived already"):
-        result_files.move_into_archive([tmp_path / "sweep_a.json.gz"])
-    assert result_files.main(["show", str(tmp_path / "sweep_b.json")]) == 0
-    assert json.loads(capsys.readouterr().out) == reports["sweep_b.json"]
-    with pytest.raises(SystemExit) as exit_info:
-        result_files.main(["show", str(tmp_path / "other.json.gz")])
-    assert exit_info.value.code == 1 and "no report other.json.gz" in capsys.readouterr().err
 
 
 # ------------------------------------------------------------------------------ GPU

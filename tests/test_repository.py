@@ -1,11 +1,10 @@
 """The checkout stays small: a device call carries the working tree (tracked files and
 untracked ones git does not ignore) beside the larger of the DSL bundle's two parts
-(~48 MiB), within 64 MiB, so the project keeps that tree under 12 MiB (results as
-compressed JSON, small plots)."""
+(~48 MiB), within 64 MiB, so the project keeps that tree under 12 MiB (results as plain
+JSON, small plots; no archives or compressed files to dodge the limit)."""
 
 import re
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -31,8 +30,25 @@ def test_the_tree_a_device_call_carries_stays_under_twelve_mib():
                                        f"results before adding more; largest: {largest}")
 
 
+RESULTS = ROOT / "benchmarks" / "results"
+# Archives and compressed files: the tree holds plain files, measured as they are.
+PACKED_SUFFIXES = (".gz", ".xz", ".bz2", ".zst", ".zip", ".tar", ".tgz", ".7z")
+
+
+def test_the_tree_holds_no_archive_or_compressed_file():
+    packed = [str(path.relative_to(ROOT)) for path in carried_files() if path.name.endswith(PACKED_SUFFIXES)]
+    assert not packed, f"archived or compressed: {packed}"
+
+
+def test_each_report_name_is_one_file():
+    """A report cited by its name alone is unambiguous: ``results/`` and
+    ``results/tuning-log/`` hold no two files of one name."""
+    names = sorted(path.name for path in RESULTS.rglob("*") if path.is_file())
+    assert len(names) == len(set(names)), sorted({name for name in names if names.count(name) > 1})
+
+
 def expand_braces(name: str) -> list[str]:
-    """``sweep_{a,b}.json.gz`` -> the names it abbreviates, as a shell would."""
+    """``sweep_{a,b}.json`` -> the names it abbreviates, as a shell would."""
     match = re.search(r"\{([^{}]*)\}", name)
     if not match:
         return [name]
@@ -40,30 +56,37 @@ def expand_braces(name: str) -> list[str]:
             for full in expand_braces(name[:match.start()] + choice + name[match.end():])]
 
 
+CITED = re.compile(r"results/([\w{},*/-]+?\.(?:json|md|png))\b")
+LINK = re.compile(r"\]\(([^()\s#]+)(?:#[^()\s]*)?\)")
+GZIPPED = re.compile(r"\w\.json\.gz\b")
+
+
 def test_every_result_the_code_and_notes_cite_is_in_the_tree():
-    """A ``results/<name>`` cited in a doc, a docstring or a comment names a file under
-    ``benchmarks/results/`` or a report in its archive; a table (``.md``) may be left to
-    regenerate from its report. A line that says the file was removed is history."""
-    if str(ROOT) not in sys.path:  # plain `pytest` puts tests/ on the path, `python -m pytest` the root
-        sys.path.insert(0, str(ROOT))
-    from benchmarks.maint import result_files
-    results = ROOT / "benchmarks" / "results"
-    kept = {path.name for path in results.iterdir()} | set(result_files.archived(results))
-    cited = re.compile(r"results/([\w{},.-]+?\.(?:json\.gz|json|md|png))")
-    missing = []
+    """A ``results/<path>`` cited in a doc, a docstring or a comment, and every markdown
+    link into ``benchmarks/results/``, names a file there (a ``*`` at least one); a
+    table (``.md``) may be left to regenerate from its report. No report is cited by a
+    gzipped name. A line that says the file was removed is history."""
+    missing, gzipped = [], []
     for path in carried_files():
-        if path.suffix not in (".md", ".py") or results in path.parents:
+        if path.suffix not in (".md", ".py"):
             continue
         for number, line in enumerate(path.read_text().splitlines(), 1):
+            where = f"{path.relative_to(ROOT)}:{number}"
+            if GZIPPED.search(line):
+                gzipped.append(where)
             if "removed in" in line or "left the tree" in line:
                 continue
-            for name in (full for written in cited.findall(line) for full in expand_braces(written)):
-                report = result_files.report_name(name)
-                stem = report.removesuffix(".md")
-                if not ({name, report, name + ".gz"} & kept
-                        or name.endswith(".md") and {stem + ".json", stem + ".json.gz"} & kept):
-                    missing.append(f"{path.relative_to(ROOT)}:{number}: {name}")
-    assert not missing, "cited but not in benchmarks/results/ or its archive:\n" + "\n".join(missing)
+            for name in (full for written in CITED.findall(line) for full in expand_braces(written)):
+                if not (list(RESULTS.glob(name))
+                        or name.endswith(".md") and (RESULTS / name).with_suffix(".json").exists()):
+                    missing.append(f"{where}: results/{name}")
+            if path.suffix == ".md":
+                for target in LINK.findall(line):
+                    resolved = (path.parent / target).resolve()
+                    if (resolved == RESULTS or RESULTS in resolved.parents) and not resolved.exists():
+                        missing.append(f"{where}: link {target}")
+    assert not missing, "cited but not in benchmarks/results/:\n" + "\n".join(missing)
+    assert not gzipped, "cited by a .json.gz name, not the plain file's: " + ", ".join(gzipped)
 
 
 # The product speaks of its code, not of how it was developed: a numbered session means
@@ -73,18 +96,9 @@ SECTION = re.compile(rb"NOTES\.md|\b[Ss]ections? \d+")
 
 
 def tracked_texts() -> dict[str, bytes]:
-    """Every carried text file's contents, gzipped results unpacked and the results
-    archive's reports listed as ``archive.tar.xz:NAME``."""
-    from benchmarks.maint import result_files
-
-    texts = {}
-    for path in carried_files():
-        name = str(path.relative_to(ROOT))
-        if path.name == result_files.ARCHIVE:
-            texts.update({f"{name}:{member}": data for member, data in result_files.archived(path.parent).items()})
-        elif path.suffix not in {".png", ".o", ".so", ".cubin"}:
-            texts[name] = result_files.read_bytes(path)
-    return texts
+    """Every carried text file's contents, by its path."""
+    return {str(path.relative_to(ROOT)): path.read_bytes() for path in carried_files()
+            if path.suffix not in {".png", ".o", ".so", ".cubin"}}
 
 
 def test_nothing_names_a_development_session_or_a_notes_section():

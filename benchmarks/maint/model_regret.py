@@ -7,7 +7,7 @@ time, and the yardstick its constants were fitted by (docs/tuning-log/cost-model
     python -m benchmarks.maint.model_regret --half tune      # the half the constants were fitted on
     python -m benchmarks.maint.model_regret --half held-out  # the half they were not
 
-Reads every report under ``benchmarks/results/`` (its archive included) that holds
+Reads every report under ``benchmarks/results/`` (``tuning-log/`` included) that holds
 ``sweep_configs`` results or ``autotune.json`` runs, keeps each problem with a
 ``B = W.t()`` weight (bf16) timed in at least two plans, rates every timed plan with
 :func:`wsgemm.tuning.cost.estimate_seconds` on the GPU the report names (an H100 SXM or
@@ -26,11 +26,13 @@ import hashlib
 import json
 import math
 import re
+from pathlib import Path
 
-from benchmarks.maint import result_files
 from wsgemm import GemmConfig
 from wsgemm.tuning import H100_SXM, H200, Gpu, Problem
 from wsgemm.tuning import cost
+
+RESULTS = Path(__file__).resolve().parents[1] / "results"
 
 # sweep_configs' grid labels ("swap 128x80 c1x2 split2") and GemmConfig.short() names,
 # with a "model#N" prefix or "swap "/"direct " before them in some reports.
@@ -120,12 +122,12 @@ def _autotune_entry(key, value) -> bool:
 
 def load_problems() -> list:
     found = []
-    for name, data in result_files.reports(result_files.RESULTS):
+    for path in sorted(RESULTS.rglob("*.json")):
         try:
-            tree = json.loads(data)
+            tree = json.loads(path.read_text())
         except ValueError:
             continue
-        timed_problems(tree, name, found)
+        timed_problems(tree, path.relative_to(RESULTS).as_posix(), found)
     return found
 
 

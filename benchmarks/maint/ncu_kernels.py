@@ -9,7 +9,7 @@ measured calls are profiled:
         --section SourceCounters --import-source no -o /tmp/rep \\
         python -m benchmarks.maint.ncu_kernels --shape 8192x8192x256
     ncu -i /tmp/rep.ncu-rep --page source --print-source sass --csv > sass.csv
-    python -m benchmarks.maint.ncu_summary sass.csv --out benchmarks/results/ncu_8192x8192x256.json.gz
+    python -m benchmarks.maint.ncu_summary sass.csv --out benchmarks/results/ncu_8192x8192x256.json
 
 ``--clock-control none`` leaves the clocks to the GPU, as every timing here does
 (ncu would otherwise lock them at base). docs/profiling.md walks through a profile.

@@ -11,17 +11,16 @@ mixes and where their warps wait, and small enough to commit. With ``--details``
 duration, cycles, clock and SM throughput from the Speed Of Light section:
 
     python -m benchmarks.maint.ncu_summary sass.csv.gz --details details.txt \
-        --out benchmarks/results/ncu_8192x8192x256.json.gz
+        --out benchmarks/results/ncu_8192x8192x256.json
 
-(an ``--out`` ending in ``.gz`` is written gzipped, as results/ keeps them). With
-``--raw`` instead (the CSV of ``ncu -i report.ncu-rep --page raw --csv``), it
+With ``--raw`` instead (the CSV of ``ncu -i report.ncu-rep --page raw --csv``), it
 keeps each kernel's launch, clock and traffic metrics (``RAW_METRICS``): where the
 bytes go between HBM, the L2 and the SMs, which a power budget pays for.
 ``--labels`` names the kernels in report order (``ncu_kernels`` prints the order;
 two wsgemm configurations share a kernel name):
 
     python -m benchmarks.maint.ncu_summary --raw raw.csv.gz --labels "wsgemm,torch.matmul" \
-        --out benchmarks/results/ncu_16384x10240x8192_traffic.json.gz
+        --out benchmarks/results/ncu_16384x10240x8192_traffic.json
 
 See ``benchmarks/maint/ncu_kernels.py`` for taking the profile and docs/profiling.md for
 reading one.
@@ -32,12 +31,11 @@ from __future__ import annotations
 import argparse
 import collections
 import csv
+import gzip
 import io
 import json
 import sys
 from pathlib import Path
-
-from benchmarks.maint.result_files import read_bytes, write_text
 
 TOP_OPCODES = 16
 TOP_STALLED = 10
@@ -160,13 +158,14 @@ def main(argv=None) -> int:
     p.add_argument("--raw", help="ncu --page raw --csv output (.gz accepted), instead of the SASS page")
     p.add_argument("--labels", default="", help="with --raw: names of the kernels in report order, comma-separated")
     p.add_argument("--details", help="text of ncu --page details for the same report")
-    p.add_argument("--out", help="JSON file to write, gzipped if it ends in .gz (default: print)")
+    p.add_argument("--out", help="JSON file to write (default: print)")
     p.add_argument("--note", default="", help="what was profiled, kept in the JSON")
     args = p.parse_args(argv)
     if (args.csv is None) == (args.raw is None):
         p.error("give the SASS page's CSV or --raw, one of them")
     path = args.raw or args.csv
-    text = read_bytes(path).decode()
+    raw = Path(path).read_bytes()
+    text = (gzip.decompress(raw) if path.endswith(".gz") else raw).decode()
     if args.raw:
         kernels = read_raw(text, [label for label in args.labels.split(",") if label])
     else:
@@ -177,7 +176,7 @@ def main(argv=None) -> int:
     report = {"note": args.note, "kernels": kernels}
     out = json.dumps(report, indent=1)
     if args.out:
-        write_text(args.out, out + "\n")
+        Path(args.out).write_text(out + "\n")
     else:
         print(out)
     return 0

@@ -12,10 +12,10 @@ regime. Reports without single calls cannot change a bucket. The reports are bf1
 problems on an SM90 GPU, as ``sustained`` times them; the buckets are named for the
 preset GPU of the report's device (``tuned_table.PRESETS``), on the CPU.
 
-    python -m benchmarks.maint.retune_sustained benchmarks/results/retune_m16384_b2b.json.gz \\
-        --out benchmarks/results/autotune_h200_r_sustained.json.gz
+    python -m benchmarks.maint.retune_sustained benchmarks/results/tuning-log/retune_m16384_b2b.json \\
+        --out benchmarks/results/tuning-log/autotune_h200_r_sustained.json
     python -m benchmarks.maint.tuned_table <runs...> --superseding <...> \\
-        benchmarks/results/autotune_h200_r_sustained.json.gz
+        benchmarks/results/tuning-log/autotune_h200_r_sustained.json
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from pathlib import Path
 import torch
 
 from benchmarks import shapes
-from benchmarks.harness import default_problem, make_operands, write_text
+from benchmarks.harness import default_problem, make_operands
 from benchmarks.maint.sustained import parse_config, summary
 from benchmarks.maint.tuned_table import gpu_named, load_run
 from wsgemm.tuning import autotune
@@ -99,14 +99,14 @@ def entries_from(reports: list[dict], min_gain: float, single_tolerance: float) 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m benchmarks.maint.retune_sustained", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("reports", type=Path, nargs="+", help="sustained JSON reports (.json or .json.gz)")
+    p.add_argument("reports", type=Path, nargs="+", help="sustained JSON reports")
     p.add_argument("--out", type=Path, required=True)
     p.add_argument("--min-gain", type=float, default=MIN_GAIN)
     p.add_argument("--single-tolerance", type=float, default=SINGLE_TOLERANCE)
     args = p.parse_args(argv)
     entries = entries_from([load_run(path) for path in args.reports], args.min_gain, args.single_tolerance)
     text = json.dumps(entries, indent=1, sort_keys=True) + "\n"
-    write_text(args.out, text)
+    args.out.write_text(text)
     print(f"wrote {args.out}: {len(entries)} buckets")
     return 0
 

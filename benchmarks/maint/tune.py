@@ -1,20 +1,20 @@
 """Autotune every shape bucket of some benchmark suites, and keep the autotuner's file.
 
-    WSGEMM_CACHE_DIR=/tmp/ws python -m benchmarks.maint.tune --suite llm --suite decode --save run.json.gz
-    python -m benchmarks.maint.tuned_table <committed runs ...> run.json.gz
+    WSGEMM_CACHE_DIR=/tmp/ws python -m benchmarks.maint.tune --suite llm --suite decode --save run.json
+    python -m benchmarks.maint.tuned_table <committed runs ...> run.json
 
 Calls ``wsgemm.gemm(a, b, config="autotune")`` once per problem, on the operands the
 suite times (``benchmarks.harness.make_operands``); problems whose bucket is already in
 the cache cost nothing. Start from an empty cache directory to re-tune everything.
 The saved file is ``autotune.json`` as the autotuner wrote it
 (``wsgemm.tuning.autotune``: every candidate's time per bucket, keyed
-``<Gpu.table_key>|<bucket>``, with the M it was timed at), gzipped where ``--save``
-ends in ``.gz``.
+``<Gpu.table_key>|<bucket>``, with the M it was timed at).
 """
 
 from __future__ import annotations
 
 import argparse
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -23,7 +23,7 @@ import torch
 
 import wsgemm
 from benchmarks import shapes
-from benchmarks.harness import make_operands, read_bytes, write_text
+from benchmarks.harness import make_operands
 from wsgemm import plans
 from wsgemm.tuning import autotune
 
@@ -33,7 +33,7 @@ def main(argv=None) -> int:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--suite", action="append", choices=sorted(shapes.SUITES), required=True)
     p.add_argument("--filter", default=None, help="only problems whose label matches this regular expression")
-    p.add_argument("--save", type=Path, required=True, help="where to copy the autotune file (.json or .json.gz)")
+    p.add_argument("--save", type=Path, required=True, help="where to copy the autotune file (JSON)")
     args = p.parse_args(argv)
     problems = shapes.select(args.suite, args.filter)
     start = time.monotonic()
@@ -45,7 +45,7 @@ def main(argv=None) -> int:
         print(f"[{i}/{len(problems)}] {problem.label}: {plan.spec.config.short()} "
               f"({time.monotonic() - t0:.1f} s)", flush=True)
     args.save.parent.mkdir(parents=True, exist_ok=True)
-    write_text(args.save, read_bytes(autotune.cache_path()).decode())
+    shutil.copyfile(autotune.cache_path(), args.save)
     print(f"tuned {len(problems)} problems in {time.monotonic() - start:.0f} s; wrote {args.save}")
     return 0
 

@@ -2,13 +2,13 @@
 shipped as the default configuration for those shape buckets on GPUs with the same
 numbers (``wsgemm.tuning.table``).
 
-    python -m benchmarks.maint.tuned_table benchmarks/results/autotune_h200_c.json.gz \\
-        benchmarks/results/autotune_h200_d.json.gz [--superseding newer.json.gz ...] \\
+    python -m benchmarks.maint.tuned_table benchmarks/results/tuning-log/autotune_h200_c.json \\
+        benchmarks/results/tuning-log/autotune_h200_d.json [--superseding newer.json ...] \\
         [--measured "2026-11-20 to 2026-12-02"]
 
 Each input is an ``autotune.json`` written by ``config="autotune"``
-(``benchmarks.maint.tune`` keeps one per run; runs moved into
-``benchmarks/results/archive.tar.xz`` are read by their cited names). Its keys are
+(``benchmarks.maint.tune`` keeps one per run; the committed ones are in
+``benchmarks/results/tuning-log/``). Its keys are
 ``<Gpu.table_key>|<bucket>`` with the M each winner was timed at (``"m"``); runs
 written before the planner was keyed by a GPU's numbers use
 ``<device name>|<arch>|<bucket>`` and no M (timed at the bucket's bound): both are
@@ -31,7 +31,6 @@ import json
 import sys
 from pathlib import Path
 
-from benchmarks.maint.result_files import load_json
 from wsgemm.config import GemmConfig
 from wsgemm.tuning import H100_SXM, H200
 from wsgemm.tuning.autotune import _jsonable
@@ -48,8 +47,8 @@ BUCKET_FIELDS = 6  # dtypes, majors, m, n, k, l
 
 
 def load_run(path: Path) -> dict:
-    """An autotune file, as written or gzipped (``.json.gz``), or archived."""
-    return load_json(path)
+    """An autotune file, as written."""
+    return json.loads(Path(path).read_text())
 
 
 def gpu_named(name: str):

@@ -36,7 +36,7 @@ between CUDA events, per model and mode in turns, median of ``--reps`` such loop
 
     python -m benchmarks.studies.bench_compiled_decode --tokens 1,16 --layers 2
 
-Writes ``<out>/compiled_decode.json.gz`` and ``.md``.
+Writes ``<out>/compiled_decode.json`` and ``.md``.
 """
 
 from __future__ import annotations
@@ -214,7 +214,7 @@ def main(argv=None) -> int:
     report["gpu_after"] = gpu_state()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    write_results(out / "compiled_decode.json.gz", report)
+    write_results(out / "compiled_decode.json", report)
     text = markdown(report)
     (out / "compiled_decode.md").write_text(text)
     print(text)

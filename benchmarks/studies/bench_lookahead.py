@@ -133,7 +133,7 @@ def main(argv=None) -> int:
     report["gpu_after"] = gpu_state()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    write_results(out / "lookahead_ablation.json.gz", report)
+    write_results(out / "lookahead_ablation.json", report)
     (out / "lookahead_ablation.md").write_text(markdown(report))
     print(markdown(report))
     return 0

@@ -27,7 +27,7 @@ with ``nvidia-smi`` sampling the SM clock every 50 ms:
 
     python -m benchmarks.studies.clock_throttle --shape 8192x6144x4096 --rest 0 --rest 2
 
-Writes ``results/clock_throttle.json.gz`` and ``.md``.
+Writes ``results/clock_throttle.json`` and ``.md``.
 """
 
 from __future__ import annotations
@@ -161,7 +161,7 @@ def main(argv=None) -> int:
         report["runs"].append(measure(m, n, k, rest))
         print(json.dumps(report["runs"][-1]["timings_us"]), flush=True)
     args.out.mkdir(parents=True, exist_ok=True)
-    write_results(args.out / "clock_throttle.json.gz", report)
+    write_results(args.out / "clock_throttle.json", report)
     (args.out / "clock_throttle.md").write_text(render(report))
     print((args.out / "clock_throttle.md").read_text())
     return 0

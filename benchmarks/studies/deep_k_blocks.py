@@ -6,10 +6,10 @@ together): with half the stages the same bytes are in flight, and each barrier r
 trip moves twice the bytes. Faster, and for which plans?
 
 **Run** 2026-12-02 on an H200: Llama-3 8B and 70B weights at M = 1, 16
-(``results/deep_k_blocks.json.gz``), M = 24-48 and 64-128
-(``results/deep_k_blocks_tokens_24_48.json.gz``,
-``results/deep_k_blocks_tokens_64_128.json.gz``) and Qwen2.5 weights
-(``results/deep_k_blocks_qwen.json.gz``), CUDA-graph replays.
+(``results/tuning-log/deep_k_blocks.json``), M = 24-48 and 64-128
+(``results/tuning-log/deep_k_blocks_tokens_24_48.json``,
+``results/tuning-log/deep_k_blocks_tokens_64_128.json``) and Qwen2.5 weights
+(``results/tuning-log/deep_k_blocks_qwen.json``), CUDA-graph replays.
 
 **Result.** Swapped plans of 16 token columns 1.012-1.038x faster 128 deep, of 32
 columns 1.008-1.060x; unswapped 64-row token tiles in 1x1 clusters at M <= 64: 64x224
@@ -32,7 +32,7 @@ and 70B's), B = W.t().
 
     python -m benchmarks.studies.deep_k_blocks --tokens 1,16,64
 
-Writes ``<out>/<name>.json.gz`` (``--name``, by default ``deep_k_blocks``).
+Writes ``<out>/<name>.json`` (``--name``, by default ``deep_k_blocks``).
 """
 
 from __future__ import annotations
@@ -94,7 +94,7 @@ def main(argv=None) -> int:
     p.add_argument("--tokens", default="1,16,64", help="comma-separated M")
     p.add_argument("--weights", default=",".join(f"{n}x{k}" for n, k in WEIGHTS),
                    help="comma-separated NxK weight shapes (default: Llama-3 8B and 70B)")
-    p.add_argument("--name", default="deep_k_blocks", help="the report is <out>/<name>.json.gz")
+    p.add_argument("--name", default="deep_k_blocks", help="the report is <out>/<name>.json")
     p.add_argument("--reps", type=int, default=15)
     p.add_argument("--out", default=str(RESULTS), help="output folder (default: benchmarks/results/)")
     args = p.parse_args(argv)
@@ -115,7 +115,7 @@ def main(argv=None) -> int:
     report["gpu_after"] = gpu_state()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    write_results(out / f"{args.name}.json.gz", report)
+    write_results(out / f"{args.name}.json", report)
     return 0
 
 

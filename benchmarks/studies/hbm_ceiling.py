@@ -32,7 +32,7 @@ Rates are the weight's bytes per second (the GEMMs' token and output bytes, unde
 
     python -m benchmarks.studies.hbm_ceiling --weights 6144x4096,28672x4096 --tokens 1,16,64
 
-Writes ``results/<name>.json.gz`` and ``.md``.
+Writes ``results/<name>.json`` and ``.md``.
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ import torch
 import wsgemm
 import wsgemm.timing
 from benchmarks.harness import (
-    RESULTS, TOLERANCE, check, environment, gpu_state, regenerate_command, results_json, write_text,
+    RESULTS, TOLERANCE, check, environment, gpu_state, regenerate_command, write_results,
 )
 
 try:
@@ -174,8 +174,8 @@ def main(argv=None) -> int:
     report["gpu_after"] = gpu_state()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    write_text(out / f"{args.name}.json.gz", results_json(report))
-    write_text(out / f"{args.name}.md", markdown(report))
+    write_results(out / f"{args.name}.json", report)
+    (out / f"{args.name}.md").write_text(markdown(report))
     print(markdown(report))
     return 0
 
