@@ -217,7 +217,7 @@ def render_plot(report: dict, path: Path) -> None:
     rows, impls = report["rows"], implementations(report)
     x = list(range(len(rows)))
     # Wide enough for a label per shape, small enough (dpi 80, 5.5 in tall) to stay well
-    # under 100 KB: the tree's 2 MiB limit holds every committed plot.
+    # under 100 KB: the tree's 12 MiB limit holds every committed plot.
     fig, (top, bottom) = plt.subplots(2, 1, sharex=True, figsize=(min(16, 5 + 0.16 * len(rows)), 5.5),
                                       gridspec_kw={"height_ratios": [3, 2]})
     style = {"marker": "o", "markersize": 3, "linewidth": 1}
@@ -261,7 +261,7 @@ def render_plot(report: dict, path: Path) -> None:
 
 def smallest_png(png: bytes) -> bytes:
     """``png`` recompressed by zopflipng where the ``zopfli`` package is installed (the
-    same pixels, ~13 % fewer bytes, for the tree's 2 MiB limit); as it is elsewhere."""
+    same pixels, ~13 % fewer bytes, for the tree's 12 MiB limit); as it is elsewhere."""
     try:
         from zopfli.png import optimize
     except ImportError:
