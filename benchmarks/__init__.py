@@ -8,3 +8,9 @@ Run a script as a module from the repository root, with wsgemm installed
 The scripts a user runs sit here (see README.md); maintainer tools are in
 ``benchmarks.maint``, one-off studies in ``benchmarks.studies``.
 """
+
+from pathlib import Path
+
+# The committed reports: plain JSON beside their tables; the tuning log's in tuning-log/.
+# Here, not in harness, so that scripts which only read reports need no torch.
+RESULTS = Path(__file__).resolve().parent / "results"

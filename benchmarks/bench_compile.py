@@ -21,7 +21,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-RESULTS = Path(__file__).resolve().parent / "results"  # no harness import: the children time a cold import
+from benchmarks import RESULTS  # not harness: the children time a cold import
 
 CHILD = r"""
 import json, sys, time

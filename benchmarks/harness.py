@@ -31,6 +31,7 @@ import torch
 
 import wsgemm
 import wsgemm.timing
+from benchmarks import RESULTS
 from wsgemm import devices, plans, tuning
 
 __all__ = [
@@ -41,7 +42,6 @@ __all__ = [
     "write_results",
 ]
 
-RESULTS = Path(__file__).resolve().parent / "results"  # plain JSON reports; the tuning log's in tuning-log/
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 # The largest relative Frobenius error from the float32 reference a correct output has,
 # per input dtype (bf16 keeps 8 mantissa bits, fp16 11).

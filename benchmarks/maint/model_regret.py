@@ -26,13 +26,13 @@ import hashlib
 import json
 import math
 import re
-from pathlib import Path
 
 from wsgemm import GemmConfig
 from wsgemm.tuning import H100_SXM, H200, Gpu, Problem
 from wsgemm.tuning import cost
 
-RESULTS = Path(__file__).resolve().parents[1] / "results"
+from benchmarks import RESULTS
+
 
 # sweep_configs' grid labels ("swap 128x80 c1x2 split2") and GemmConfig.short() names,
 # with a "model#N" prefix or "swap "/"direct " before them in some reports.

@@ -62,7 +62,8 @@ import cutlass.cute as cute
 import cutlass.memory
 from cutlass import Int32, Int64
 
-RESULTS = Path(__file__).resolve().parents[1] / "results"
+from benchmarks import RESULTS
+
 REPS = 64
 HINTS_NS = (0, 1_000, 10_000, 100_000)  # suspendTimeHint values tried in (2)
 NAMES = [
